@@ -1,0 +1,527 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The data path: read, write, truncate, fallocate, lseek.
+ *
+ * Map under locks, then move bytes with no fs lock held.  An overwrite of
+ * blocks that are already mapped and written takes only the inode's rw lock
+ * (shared) and goes straight to pwrite.  Anything that changes the map
+ * (allocation, unwritten-to-written conversion, punch, truncate) takes rw
+ * exclusively and the fs lock only around the libext2fs calls.
+ *
+ * Freshly allocated and unwritten blocks are written whole, the bytes the
+ * caller did not supply as zeros, before the map that exposes them reaches
+ * the disk: a reader never sees stale blocks.  Past i_size, the rest of the
+ * last block is kept zero on disk, so growing a file never exposes old bytes.
+ */
+#include "rrfs.h"
+#include "io.h"
+#include "log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char zero_block[65536];
+
+/* Largest file an extent-mapped inode can address: 2^32 blocks. */
+static uint64_t max_size(struct rr_fs *rfs)
+{
+	return (1ULL << 32) << rfs->bbits;
+}
+
+static uint64_t blk_start(struct rr_fs *rfs, uint64_t lblk)
+{
+	return lblk << rfs->bbits;
+}
+
+/* Fill iov with len zero bytes; returns the number of entries used. */
+static int iov_zero(struct iovec *iov, int max, size_t len)
+{
+	int n = 0;
+
+	while (len && n < max) {
+		size_t c = len < sizeof(zero_block) ? len : sizeof(zero_block);
+
+		iov[n].iov_base = (void *)zero_block;
+		iov[n].iov_len = c;
+		len -= c;
+		n++;
+	}
+	return n;
+}
+
+/*
+ * Write blocks [lblk, lblk+n) at pblk in whole: caller bytes for
+ * [pos, seg_end), zeros around them.
+ */
+static int write_whole_blocks(struct rr_fs *rfs, uint64_t pblk, uint64_t lblk, uint32_t n,
+			      const char *src, uint64_t pos, uint64_t seg_end)
+{
+	uint64_t bstart = blk_start(rfs, lblk), bend = blk_start(rfs, lblk + n);
+	struct iovec iov[8];
+	int cnt = 0, ret;
+
+	/* Pads are each less than one block. */
+	cnt += iov_zero(iov + cnt, 2, (size_t)(pos - bstart));
+	iov[cnt].iov_base = (void *)src;
+	iov[cnt].iov_len = (size_t)(seg_end - pos);
+	cnt++;
+	cnt += iov_zero(iov + cnt, 2, (size_t)(bend - seg_end));
+	ret = io_pwritev_all(rfs->fd, iov, cnt, blk_start(rfs, pblk));
+	if (ret)
+		rr_log(LOG_ERR, "write error at block %llu: %s", (unsigned long long)pblk, strerror(-ret));
+	return ret;
+}
+
+/* Zero [from, to) within one block if that block is mapped and written. Caller holds rw. */
+static int zero_partial(struct rr_fs *rfs, struct rr_inode *ri, uint64_t from, uint64_t to)
+{
+	struct rr_ext m;
+
+	if (from >= to)
+		return 0;
+	emap_lookup(&ri->emap, from >> rfs->bbits, &m);
+	if (!m.pblk || m.uninit)
+		return 0;
+	return io_pwrite_all(rfs->fd, zero_block, (size_t)(to - from),
+			     blk_start(rfs, m.pblk) + (from & (rfs->bsize - 1)));
+}
+
+/* Does [off, off+size) lie in mapped, written blocks only? */
+static int all_written(struct rr_fs *rfs, struct rr_inode *ri, uint64_t off, uint64_t size)
+{
+	uint64_t lblk = off >> rfs->bbits, last = (off + size - 1) >> rfs->bbits;
+	struct rr_ext m;
+
+	while (lblk <= last) {
+		emap_lookup(&ri->emap, lblk, &m);
+		if (!m.pblk || m.uninit)
+			return 0;
+		lblk += m.len;
+	}
+	return 1;
+}
+
+/* Move bytes between buf and the mapped blocks of [off, off+size). Caller holds rw. */
+static int move_mapped(struct rr_fs *rfs, struct rr_inode *ri, char *buf, uint64_t off,
+		       uint64_t size, int write)
+{
+	uint64_t pos = off, end = off + size;
+	struct rr_ext m;
+	int ret = 0;
+
+	while (pos < end && !ret) {
+		uint64_t lblk = pos >> rfs->bbits, seg_end;
+
+		emap_lookup(&ri->emap, lblk, &m);
+		seg_end = blk_start(rfs, lblk + m.len);
+		if (seg_end > end || seg_end < pos)
+			seg_end = end;
+		if (m.pblk && !m.uninit) {
+			uint64_t dev = blk_start(rfs, m.pblk) + (pos - blk_start(rfs, lblk));
+
+			if (write)
+				ret = io_pwrite_all(rfs->fd, buf + (pos - off), (size_t)(seg_end - pos), dev);
+			else
+				ret = io_pread_all(rfs->fd, buf + (pos - off), (size_t)(seg_end - pos), dev);
+			if (ret)
+				rr_log(LOG_ERR, "inode %u: I/O error at block %llu: %s", ri->ino,
+				       (unsigned long long)m.pblk, strerror(-ret));
+		} else if (!write) {
+			memset(buf + (pos - off), 0, (size_t)(seg_end - pos));
+		}
+		pos = seg_end;
+	}
+	return ret;
+}
+
+ssize_t data_read(struct rr_fs *rfs, struct rr_inode *ri, char *buf, size_t size, uint64_t off)
+{
+	int ret;
+
+	pthread_rwlock_rdlock(&ri->rw);
+	ret = emap_ensure(rfs, ri);
+	if (!ret) {
+		if (off >= ri->size)
+			size = 0;
+		else if (size > ri->size - off)
+			size = (size_t)(ri->size - off);
+		if (size)
+			ret = move_mapped(rfs, ri, buf, off, size, 0);
+	}
+	pthread_rwlock_unlock(&ri->rw);
+	return ret ? ret : (ssize_t)size;
+}
+
+/* Set i_size (and times) on disk and in ri.  Caller holds rw exclusively, not the fs lock. */
+static int set_size(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size, int times)
+{
+	struct ext2_inode_large in;
+	int ret;
+
+	rr_fs_lock(rfs);
+	ret = inode_load(rfs, ri->ino, &in);
+	if (!ret) {
+		ret = rr_err(ext2fs_inode_size_set(rfs->fs, (struct ext2_inode *)&in, size));
+		if (!ret) {
+			if (times)
+				inode_touch(&in, times);
+			ret = inode_write(rfs, ri->ino, &in);
+		}
+	}
+	rr_fs_unlock(rfs);
+	if (!ret)
+		ri->size = size;
+	return ret;
+}
+
+/* Growing the file: the old last block's bytes past i_size must read as zero. */
+static int zero_old_tail(struct rr_fs *rfs, struct rr_inode *ri, uint64_t upto)
+{
+	uint64_t s = ri->size, blk_end = (s + rfs->bsize - 1) & ~((uint64_t)rfs->bsize - 1);
+
+	if (upto <= s)
+		return 0;
+	return zero_partial(rfs, ri, s, upto < blk_end ? upto : blk_end);
+}
+
+/* Allocate and write a hole's blocks; returns the end of what was written, or -errno. */
+static int64_t fill_hole(struct rr_fs *rfs, struct rr_inode *ri, const char *src, uint64_t pos,
+			 uint64_t end, uint32_t nblk, int root)
+{
+	uint64_t lblk = pos >> rfs->bbits, seg_end;
+	struct rr_alloc_req req = { .ino = ri->ino, .lblk = lblk, .len = nblk,
+				    .flags = RR_ALLOC_DATA | (root ? RR_ALLOC_USE_ROOT_RESV : 0) };
+	struct ext2_inode_large in;
+	struct rr_extent ex;
+	int ret;
+
+	rr_fs_lock(rfs);
+	req.goal = emap_goal(rfs, ri, lblk);
+	ret = rr_alloc_blocks(rfs->alloc, &req, &ex);
+	rr_fs_unlock(rfs);
+	if (ret)
+		return ret;
+	seg_end = blk_start(rfs, lblk + ex.len);
+	if (seg_end > end)
+		seg_end = end;
+	ret = write_whole_blocks(rfs, ex.pblk, lblk, ex.len, src, pos, seg_end);
+	rr_fs_lock(rfs);
+	if (!ret)
+		ret = inode_load(rfs, ri->ino, &in);
+	if (!ret)
+		ret = emap_map(rfs, ri, &in, lblk, ex.pblk, ex.len);
+	if (ret)
+		rr_free_blocks(rfs->alloc, ex.pblk, ex.len);
+	rr_fs_unlock(rfs);
+	return ret ? ret : (int64_t)seg_end;
+}
+
+ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size_t size,
+		   uint64_t off, int root)
+{
+	uint64_t end = off + size, pos, last;
+	int ret;
+
+	if (!size)
+		return 0;
+	if (end > max_size(rfs) || end < off)
+		return -EFBIG;
+
+	/* Fast path: an overwrite inside i_size of written blocks. */
+	pthread_rwlock_rdlock(&ri->rw);
+	ret = emap_ensure(rfs, ri);
+	if (!ret && end <= ri->size && all_written(rfs, ri, off, size)) {
+		ret = move_mapped(rfs, ri, (char *)buf, off, size, 1);
+		pthread_rwlock_unlock(&ri->rw);
+		return ret ? ret : (ssize_t)size;
+	}
+	pthread_rwlock_unlock(&ri->rw);
+	if (ret)
+		return ret;
+
+	pthread_rwlock_wrlock(&ri->rw);
+	ret = emap_ensure(rfs, ri);
+	if (!ret && off > ri->size)
+		ret = zero_old_tail(rfs, ri, off);
+	last = (end - 1) >> rfs->bbits;
+	pos = off;
+	while (!ret && pos < end) {
+		uint64_t lblk = pos >> rfs->bbits, seg_end;
+		struct ext2_inode_large in;
+		struct rr_ext m;
+		uint32_t n;
+
+		ret = emap_ensure(rfs, ri);
+		if (ret)
+			break;
+		emap_lookup(&ri->emap, lblk, &m);
+		n = m.len;
+		if ((uint64_t)n > last - lblk + 1)
+			n = (uint32_t)(last - lblk + 1);
+		seg_end = blk_start(rfs, lblk + n);
+		if (seg_end > end)
+			seg_end = end;
+		if (m.pblk && !m.uninit) {
+			ret = move_mapped(rfs, ri, (char *)buf + (pos - off), pos, seg_end - pos, 1);
+		} else if (m.pblk) {
+			ret = write_whole_blocks(rfs, m.pblk, lblk, n, buf + (pos - off), pos, seg_end);
+			if (!ret) {
+				rr_fs_lock(rfs);
+				ret = inode_load(rfs, ri->ino, &in);
+				if (!ret)
+					ret = emap_mark_init(rfs, ri, &in, lblk, n);
+				rr_fs_unlock(rfs);
+			}
+		} else {
+			int64_t r = fill_hole(rfs, ri, buf + (pos - off), pos, end, n, root);
+
+			if (r < 0)
+				ret = (int)r;
+			else
+				seg_end = (uint64_t)r;
+		}
+		if (!ret)
+			pos = seg_end;
+	}
+	/* A short write still counts: report what reached the file. */
+	if (pos > off) {
+		int r2 = 0;
+
+		if (pos > ri->size)
+			r2 = set_size(rfs, ri, pos, RR_MTIME | RR_CTIME);
+		if (!r2)
+			ret = 0;
+		else
+			ret = r2;
+	}
+	pthread_rwlock_unlock(&ri->rw);
+	return ret ? ret : (ssize_t)(pos - off);
+}
+
+/* Free blocks [first, last] (inclusive) of the file.  Caller holds rw exclusively. */
+static int punch_blocks(struct rr_fs *rfs, struct rr_inode *ri, uint64_t first, uint64_t last)
+{
+	struct ext2_inode_large in;
+	int ret;
+
+	if (first > last)
+		return 0;
+	rr_fs_lock(rfs);
+	ret = inode_load(rfs, ri->ino, &in);
+	if (!ret && ext2fs_inode_has_valid_blocks2(rfs->fs, (struct ext2_inode *)&in))
+		ret = rr_err(ext2fs_punch(rfs->fs, ri->ino, (struct ext2_inode *)&in, NULL, first, last));
+	rr_fs_unlock(rfs);
+	emap_drop(ri);
+	return ret;
+}
+
+int data_truncate(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size)
+{
+	uint64_t old;
+	int ret;
+
+	if (size > max_size(rfs))
+		return -EFBIG;
+	pthread_rwlock_wrlock(&ri->rw);
+	ret = emap_ensure(rfs, ri);
+	old = ri->size;
+	if (!ret && size < old) {
+		uint64_t keep = (size + rfs->bsize - 1) >> rfs->bbits;
+
+		ret = zero_partial(rfs, ri, size, blk_start(rfs, keep));
+		if (!ret)
+			ret = punch_blocks(rfs, ri, keep, ~0ULL);
+	} else if (!ret && size > old) {
+		ret = zero_old_tail(rfs, ri, size);
+	}
+	if (!ret)
+		ret = set_size(rfs, ri, size, RR_MTIME | RR_CTIME);
+	pthread_rwlock_unlock(&ri->rw);
+	return ret;
+}
+
+/* Blocks in [first, first+n) that are holes. Caller holds rw. */
+static uint64_t count_holes(struct rr_fs *rfs, struct rr_inode *ri, uint64_t first, uint64_t n)
+{
+	uint64_t lblk = first, end = first + n, holes = 0;
+	struct rr_ext m;
+
+	(void)rfs;
+	while (lblk < end) {
+		uint64_t len;
+
+		emap_lookup(&ri->emap, lblk, &m);
+		len = m.len < end - lblk ? m.len : end - lblk;
+		if (!m.pblk)
+			holes += len;
+		lblk += len;
+	}
+	return holes;
+}
+
+/* Allocate unwritten extents over the holes of blocks [first, first+n). */
+static int alloc_unwritten(struct rr_fs *rfs, struct rr_inode *ri, uint64_t first, uint64_t n,
+			   int root)
+{
+	struct ext2_inode_large in;
+	uint64_t need = count_holes(rfs, ri, first, n);
+	int ret;
+
+	if (!need)
+		return 0;
+	rr_fs_lock(rfs);
+	if (need > rr_alloc_avail(rfs->alloc, root)) {
+		rr_fs_unlock(rfs);
+		return -ENOSPC;
+	}
+	ret = inode_load(rfs, ri->ino, &in);
+	if (!ret)
+		ret = rr_err(ext2fs_fallocate(rfs->fs, EXT2_FALLOCATE_FORCE_UNINIT, ri->ino,
+					      (struct ext2_inode *)&in, emap_goal(rfs, ri, first), first, n));
+	rr_fs_unlock(rfs);
+	emap_drop(ri);
+	return ret;
+}
+
+int data_fallocate(struct rr_fs *rfs, struct rr_inode *ri, int mode, uint64_t off, uint64_t len,
+		   int root)
+{
+	uint64_t end = off + len, first, last_excl;
+	int ret;
+
+	if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE))
+		return -EOPNOTSUPP;
+	if ((mode & FALLOC_FL_PUNCH_HOLE) && (mode & FALLOC_FL_ZERO_RANGE))
+		return -EOPNOTSUPP;
+	if ((mode & FALLOC_FL_PUNCH_HOLE) && !(mode & FALLOC_FL_KEEP_SIZE))
+		return -EOPNOTSUPP;
+	if (!len || end < off)
+		return -EINVAL;
+	if (end > max_size(rfs))
+		return -EFBIG;
+
+	pthread_rwlock_wrlock(&ri->rw);
+	ret = emap_ensure(rfs, ri);
+	if (ret)
+		goto out;
+	/* Whole blocks inside the range, and the block span it touches. */
+	first = (off + rfs->bsize - 1) >> rfs->bbits;
+	last_excl = end >> rfs->bbits;
+	if (mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE)) {
+		uint64_t head_end = blk_start(rfs, first);
+
+		if (first > last_excl) {
+			/* Inside one block. */
+			ret = zero_partial(rfs, ri, off, end);
+		} else {
+			ret = zero_partial(rfs, ri, off, head_end < end ? head_end : end);
+			if (!ret)
+				ret = zero_partial(rfs, ri, blk_start(rfs, last_excl) > off ?
+						   blk_start(rfs, last_excl) : off, end);
+			if (!ret && first < last_excl)
+				ret = punch_blocks(rfs, ri, first, last_excl - 1);
+		}
+		if (!ret && (mode & FALLOC_FL_ZERO_RANGE)) {
+			uint64_t s = off >> rfs->bbits, e = (end + rfs->bsize - 1) >> rfs->bbits;
+
+			ret = emap_ensure(rfs, ri);
+			if (!ret)
+				ret = alloc_unwritten(rfs, ri, s, e - s, root);
+		}
+	} else {
+		uint64_t s = off >> rfs->bbits, e = (end + rfs->bsize - 1) >> rfs->bbits;
+
+		ret = alloc_unwritten(rfs, ri, s, e - s, root);
+	}
+	if (ret)
+		goto out;
+	if (!(mode & FALLOC_FL_KEEP_SIZE) && end > ri->size) {
+		ret = emap_ensure(rfs, ri);
+		if (!ret)
+			ret = zero_old_tail(rfs, ri, end);
+		if (!ret)
+			ret = set_size(rfs, ri, end, RR_MTIME | RR_CTIME);
+	} else {
+		ret = set_size(rfs, ri, ri->size,
+			       (mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE)) ?
+			       RR_MTIME | RR_CTIME : RR_CTIME);
+	}
+out:
+	pthread_rwlock_unlock(&ri->rw);
+	return ret;
+}
+
+int64_t data_seek(struct rr_fs *rfs, struct rr_inode *ri, uint64_t off, int whence)
+{
+	uint64_t size, lblk;
+	struct rr_ext m;
+	int64_t ret = -ENXIO;
+	int ret2;
+
+	pthread_rwlock_rdlock(&ri->rw);
+	ret2 = emap_ensure(rfs, ri);
+	size = ri->size;
+	if (ret2) {
+		ret = ret2;
+		goto out;
+	}
+	if (off >= size)
+		goto out;
+	/* Unwritten extents read as zeros: they count as holes here. */
+	for (lblk = off >> rfs->bbits; blk_start(rfs, lblk) < size; lblk += m.len) {
+		int data;
+
+		emap_lookup(&ri->emap, lblk, &m);
+		data = m.pblk && !m.uninit;
+		if ((whence == SEEK_DATA) == !!data) {
+			uint64_t at = blk_start(rfs, lblk);
+
+			ret = (int64_t)(at > off ? at : off);
+			if ((uint64_t)ret > size)
+				ret = (int64_t)size;
+			goto out;
+		}
+		if (m.len == UINT32_MAX)
+			break;
+	}
+	ret = whence == SEEK_HOLE ? (int64_t)size : -ENXIO;
+out:
+	pthread_rwlock_unlock(&ri->rw);
+	return ret;
+}
+
+/*
+ * Give a new inode (no rr_inode yet, not visible) its first blocks of data,
+ * e.g. a slow symlink's target.  Caller holds the fs lock; in is written.
+ */
+int data_write_new_file(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in,
+			const char *buf, size_t len)
+{
+	uint32_t nblk = (uint32_t)((len + rfs->bsize - 1) >> rfs->bbits);
+	struct rr_alloc_req req = { .ino = ino, .len = nblk, .flags = RR_ALLOC_METADATA };
+	struct rr_extent ex;
+	int ret;
+
+	req.goal = ext2fs_find_inode_goal(rfs->fs, ino, (struct ext2_inode *)in, 0);
+	ret = rr_alloc_blocks(rfs->alloc, &req, &ex);
+	if (!ret && ex.len < nblk) {
+		rr_free_blocks(rfs->alloc, ex.pblk, ex.len);
+		ret = -ENOSPC;
+	}
+	if (ret)
+		return ret;
+	ret = write_whole_blocks(rfs, ex.pblk, 0, nblk, buf, 0, len);
+	if (!ret)
+		ret = emap_tree_map(rfs, ino, in, 0, ex.pblk, nblk);
+	if (!ret)
+		ret = rr_err(ext2fs_inode_size_set(rfs->fs, (struct ext2_inode *)in, len));
+	if (!ret)
+		ret = inode_write(rfs, ino, in);
+	if (ret)
+		rr_free_blocks(rfs->alloc, ex.pblk, ex.len);
+	return ret;
+}

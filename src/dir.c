@@ -1,0 +1,653 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The namespace: lookup, create, link, unlink, rename, directory listing.
+ * Each operation runs whole under the fs lock: directories, link counts and
+ * the inode table change together, so unlink and a racing lookup of the same
+ * name see one order.  libext2fs keeps htree directories indexed as entries
+ * are added (ext2fs_link) and removed.
+ */
+#include "dir.h"
+#include "log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef RENAME_NOREPLACE
+#define RENAME_NOREPLACE (1 << 0)
+#endif
+#ifndef RENAME_EXCHANGE
+#define RENAME_EXCHANGE (1 << 1)
+#endif
+
+static int check_name(const char *name)
+{
+	size_t len = strlen(name);
+
+	if (!len)
+		return -ENOENT;
+	if (len > EXT2_NAME_LEN)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+static int ftype_of(mode_t mode)
+{
+	switch (mode & S_IFMT) {
+	case S_IFREG: return EXT2_FT_REG_FILE;
+	case S_IFDIR: return EXT2_FT_DIR;
+	case S_IFCHR: return EXT2_FT_CHRDEV;
+	case S_IFBLK: return EXT2_FT_BLKDEV;
+	case S_IFIFO: return EXT2_FT_FIFO;
+	case S_IFSOCK: return EXT2_FT_SOCK;
+	case S_IFLNK: return EXT2_FT_SYMLINK;
+	default: return EXT2_FT_UNKNOWN;
+	}
+}
+
+/* Look name up in dir; -ENOENT if absent.  Caller holds the fs lock. */
+static int find(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t *ino)
+{
+	errcode_t err = ext2fs_lookup(rfs->fs, dir, name, (int)strlen(name), NULL, ino);
+
+	if (err == EXT2_ET_FILE_NOT_FOUND)
+		return -ENOENT;
+	return rr_err(err);
+}
+
+/* Add an entry, growing the directory by a block when it is full. */
+static int add_entry(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t ino, int ftype)
+{
+	errcode_t err = ext2fs_link(rfs->fs, dir, name, ino, ftype);
+
+	if (err == EXT2_ET_DIR_NO_SPACE) {
+		err = ext2fs_expand_dir(rfs->fs, dir);
+		if (!err)
+			err = ext2fs_link(rfs->fs, dir, name, ino, ftype);
+	}
+	return rr_err(err);
+}
+
+struct set_entry_ctx {
+	const char *name;
+	size_t len;
+	ext2_ino_t ino;
+	int ftype;
+	int found;
+};
+
+static int set_entry_cb(struct ext2_dir_entry *de, int offset, int blocksize, char *buf, void *priv)
+{
+	struct set_entry_ctx *c = priv;
+
+	(void)offset;
+	(void)blocksize;
+	(void)buf;
+	if (!de->inode || (size_t)ext2fs_dirent_name_len(de) != c->len ||
+	    memcmp(de->name, c->name, c->len))
+		return 0;
+	de->inode = c->ino;
+	if (c->ftype >= 0)
+		ext2fs_dirent_set_file_type(de, c->ftype);
+	c->found = 1;
+	return DIRENT_CHANGED | DIRENT_ABORT;
+}
+
+/* Point an existing entry at another inode (rename over, exchange, ".."). */
+static int set_entry(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t ino, int ftype)
+{
+	struct set_entry_ctx c = { .name = name, .len = strlen(name), .ino = ino, .ftype = ftype };
+	errcode_t err = ext2fs_dir_iterate(rfs->fs, dir, DIRENT_FLAG_INCLUDE_EMPTY, NULL, set_entry_cb, &c);
+
+	if (err)
+		return rr_err(err);
+	return c.found ? 0 : -EIO;
+}
+
+static int empty_cb(struct ext2_dir_entry *de, int offset, int blocksize, char *buf, void *priv)
+{
+	int len = ext2fs_dirent_name_len(de);
+
+	(void)offset;
+	(void)blocksize;
+	(void)buf;
+	if (!de->inode)
+		return 0;
+	if ((len == 1 && de->name[0] == '.') || (len == 2 && de->name[0] == '.' && de->name[1] == '.'))
+		return 0;
+	*(int *)priv = 0;
+	return DIRENT_ABORT;
+}
+
+static int dir_empty(struct rr_fs *rfs, ext2_ino_t dir)
+{
+	int empty = 1;
+	errcode_t err = ext2fs_dir_iterate(rfs->fs, dir, 0, NULL, empty_cb, &empty);
+
+	if (err)
+		return rr_err(err);
+	return empty ? 0 : -ENOTEMPTY;
+}
+
+/* Directory link counts as ext4 keeps them: 1 means "more than EXT2_LINK_MAX". */
+static int dir_nlink_inc(struct rr_fs *rfs, struct ext2_inode_large *in)
+{
+	if (in->i_links_count == 1 && ext2fs_has_feature_dir_nlink(rfs->fs->super))
+		return 0;
+	if (in->i_links_count + 1 >= EXT2_LINK_MAX) {
+		if (!ext2fs_has_feature_dir_nlink(rfs->fs->super))
+			return -EMLINK;
+		in->i_links_count = 1;
+		return 0;
+	}
+	in->i_links_count++;
+	return 0;
+}
+
+static void dir_nlink_dec(struct ext2_inode_large *in)
+{
+	if (in->i_links_count > 2)
+		in->i_links_count--;
+}
+
+/* Change a directory: add/remove a subdirectory link, touch mtime and ctime. */
+static int dir_touch(struct rr_fs *rfs, ext2_ino_t dir, int subdirs)
+{
+	struct ext2_inode_large in;
+	int ret = inode_load(rfs, dir, &in);
+
+	if (ret)
+		return ret;
+	if (subdirs > 0)
+		ret = dir_nlink_inc(rfs, &in);
+	else if (subdirs < 0)
+		dir_nlink_dec(&in);
+	if (ret)
+		return ret;
+	inode_touch(&in, RR_MTIME | RR_CTIME);
+	return inode_write(rfs, dir, &in);
+}
+
+/* Take a kernel reference on ino and return its inode: the tail of every entry reply. */
+static int entry_ref(struct rr_fs *rfs, ext2_ino_t ino, struct rr_inode **ri,
+		     struct ext2_inode_large *in)
+{
+	int ret = inode_load(rfs, ino, in);
+
+	if (ret)
+		return ret;
+	*ri = rr_iget(rfs, ino);
+	return *ri ? 0 : -ENOMEM;
+}
+
+int dir_lookup(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t *ino,
+	       struct rr_inode **ri, struct ext2_inode_large *in)
+{
+	int ret = check_name(name);
+
+	if (ret)
+		return ret;
+	rr_fs_lock(rfs);
+	ret = find(rfs, dir, name, ino);
+	if (!ret && (*ino < EXT2_FIRST_INO(rfs->fs->super) && *ino != EXT2_ROOT_INO))
+		ret = -EIO;	/* a reserved inode in a directory: corruption */
+	if (!ret && *ino > rfs->fs->super->s_inodes_count)
+		ret = -EIO;
+	if (!ret)
+		ret = entry_ref(rfs, *ino, ri, in);
+	rr_fs_unlock(rfs);
+	return ret;
+}
+
+/* Owner, group and mode of a new inode in dir, as the kernel's inode_init_owner. */
+static void new_owner(struct rr_fs *rfs, ext2_ino_t dir, mode_t *mode, const struct rr_cred *cr,
+		      gid_t *gid)
+{
+	struct ext2_inode_large pin;
+
+	*gid = cr->gid;
+	if (inode_load(rfs, dir, &pin))
+		return;
+	if (pin.i_mode & S_ISGID) {
+		*gid = inode_gid(pin);
+		if (S_ISDIR(*mode))
+			*mode |= S_ISGID;
+	}
+}
+
+static int make_dir_block(struct rr_fs *rfs, ext2_ino_t dir, ext2_ino_t ino,
+			  struct ext2_inode_large *in)
+{
+	ext2_filsys fs = rfs->fs;
+	struct rr_alloc_req req = { .ino = ino, .len = 1, .flags = RR_ALLOC_METADATA };
+	struct rr_extent ex;
+	char *block = NULL;
+	errcode_t err;
+	int ret;
+
+	err = ext2fs_new_dir_block(fs, ino, dir, &block);
+	if (err)
+		return rr_err(err);
+	req.goal = ext2fs_find_inode_goal(fs, ino, (struct ext2_inode *)in, 0);
+	ret = rr_alloc_blocks(rfs->alloc, &req, &ex);
+	if (!ret) {
+		ret = rr_err(ext2fs_write_dir_block4(fs, ex.pblk, block, 0, ino));
+		if (!ret)
+			ret = emap_tree_map(rfs, ino, in, 0, ex.pblk, 1);
+		if (ret)
+			rr_free_blocks(rfs->alloc, ex.pblk, 1);
+	}
+	ext2fs_free_mem(&block);
+	if (ret)
+		return ret;
+	in->i_size = fs->blocksize;
+	in->i_links_count = 2;
+	return inode_write(rfs, ino, in);
+}
+
+int dir_create(struct rr_fs *rfs, ext2_ino_t dir, const char *name, mode_t mode, dev_t rdev,
+	       const struct rr_cred *cr, ext2_ino_t *ino, struct rr_inode **ri,
+	       struct ext2_inode_large *in)
+{
+	ext2_ino_t existing;
+	gid_t gid;
+	int ret = check_name(name);
+
+	if (ret)
+		return ret;
+	if (!S_ISREG(mode) && !S_ISDIR(mode) && !S_ISCHR(mode) && !S_ISBLK(mode) &&
+	    !S_ISFIFO(mode) && !S_ISSOCK(mode))
+		return -EINVAL;
+	*ino = 0;
+	rr_fs_lock(rfs);
+	ret = find(rfs, dir, name, &existing);
+	if (ret != -ENOENT) {
+		rr_fs_unlock(rfs);
+		return ret ? ret : -EEXIST;
+	}
+	mode = (mode & S_IFMT) | ((mode & ~S_IFMT) & ~cr->umask);
+	new_owner(rfs, dir, &mode, cr, &gid);
+	if (S_ISDIR(mode)) {
+		struct ext2_inode_large pin;
+
+		/* Refuse before allocating anything if the parent cannot take one more link. */
+		ret = inode_load(rfs, dir, &pin);
+		if (!ret)
+			ret = dir_nlink_inc(rfs, &pin);
+		if (ret) {
+			rr_fs_unlock(rfs);
+			return ret;
+		}
+	}
+	ret = inode_new(rfs, dir, mode, cr->uid, gid, rdev, ino, in);
+	if (!ret && S_ISDIR(mode))
+		ret = make_dir_block(rfs, dir, *ino, in);
+	if (!ret)
+		ret = add_entry(rfs, dir, name, *ino, ftype_of(mode));
+	if (!ret)
+		ret = dir_touch(rfs, dir, S_ISDIR(mode) ? 1 : 0);
+	if (ret && *ino) {
+		/* Undo: an unlinked new inode is freed like any other. */
+		if (!inode_load(rfs, *ino, in)) {
+			in->i_links_count = 0;
+			inode_write(rfs, *ino, in);
+			inode_free_locked(rfs, *ino);
+		}
+	}
+	if (!ret)
+		ret = entry_ref(rfs, *ino, ri, in);
+	rr_fs_unlock(rfs);
+	return ret;
+}
+
+int dir_symlink(struct rr_fs *rfs, ext2_ino_t dir, const char *name, const char *target,
+		const struct rr_cred *cr, ext2_ino_t *ino, struct rr_inode **ri,
+		struct ext2_inode_large *in)
+{
+	size_t len = strlen(target);
+	ext2_ino_t existing;
+	mode_t mode = S_IFLNK | 0777;
+	gid_t gid;
+	int ret = check_name(name);
+
+	if (ret)
+		return ret;
+	if (!len)
+		return -ENOENT;
+	if (len >= rfs->bsize)
+		return -ENAMETOOLONG;
+	rr_fs_lock(rfs);
+	ret = find(rfs, dir, name, &existing);
+	if (ret != -ENOENT) {
+		rr_fs_unlock(rfs);
+		return ret ? ret : -EEXIST;
+	}
+	new_owner(rfs, dir, &mode, cr, &gid);
+	*ino = 0;
+	ret = inode_new(rfs, dir, mode, cr->uid, gid, 0, ino, in);
+	if (!ret) {
+		if (len < sizeof(in->i_block)) {
+			/* Fast symlink: the target lives in i_block. */
+			memset(in->i_block, 0, sizeof(in->i_block));
+			memcpy(in->i_block, target, len);
+			in->i_size = (__u32)len;
+			ret = inode_write(rfs, *ino, in);
+		} else {
+			if (ext2fs_has_feature_extents(rfs->fs->super)) {
+				ext2_extent_handle_t h;
+
+				ret = rr_err(ext2fs_extent_open2(rfs->fs, *ino, (struct ext2_inode *)in, &h));
+				if (!ret)
+					ext2fs_extent_free(h);
+			}
+			if (!ret)
+				ret = data_write_new_file(rfs, *ino, in, target, len);
+		}
+	}
+	if (!ret)
+		ret = add_entry(rfs, dir, name, *ino, EXT2_FT_SYMLINK);
+	if (!ret)
+		ret = dir_touch(rfs, dir, 0);
+	if (ret && *ino && !inode_load(rfs, *ino, in)) {
+		in->i_links_count = 0;
+		inode_write(rfs, *ino, in);
+		inode_free_locked(rfs, *ino);
+	}
+	if (!ret)
+		ret = entry_ref(rfs, *ino, ri, in);
+	rr_fs_unlock(rfs);
+	return ret;
+}
+
+int dir_link(struct rr_fs *rfs, ext2_ino_t ino, ext2_ino_t dir, const char *name,
+	     struct rr_inode **ri, struct ext2_inode_large *in)
+{
+	ext2_ino_t existing;
+	int ret = check_name(name);
+
+	if (ret)
+		return ret;
+	rr_fs_lock(rfs);
+	ret = find(rfs, dir, name, &existing);
+	if (ret != -ENOENT) {
+		ret = ret ? ret : -EEXIST;
+		goto out;
+	}
+	ret = inode_load(rfs, ino, in);
+	if (ret)
+		goto out;
+	if (LINUX_S_ISDIR(in->i_mode)) {
+		ret = -EPERM;
+		goto out;
+	}
+	if (in->i_links_count >= EXT2_LINK_MAX) {
+		ret = -EMLINK;
+		goto out;
+	}
+	if (!in->i_links_count) {
+		ret = -ENOENT;
+		goto out;
+	}
+	ret = add_entry(rfs, dir, name, ino, ftype_of(in->i_mode));
+	if (ret)
+		goto out;
+	ret = inode_load(rfs, ino, in);
+	if (!ret) {
+		in->i_links_count++;
+		inode_touch(in, RR_CTIME);
+		ret = inode_write(rfs, ino, in);
+	}
+	if (!ret)
+		ret = dir_touch(rfs, dir, 0);
+	if (!ret)
+		ret = entry_ref(rfs, ino, ri, in);
+out:
+	rr_fs_unlock(rfs);
+	return ret;
+}
+
+/*
+ * Drop one link of a victim inode after its entry is gone: a directory
+ * loses all, and takes its ".." link from parent.  Freed at once when
+ * nobody holds it, else at the last forget/release.
+ */
+static int drop_victim(struct rr_fs *rfs, ext2_ino_t parent, ext2_ino_t ino)
+{
+	struct ext2_inode_large in;
+	int ret = inode_load(rfs, ino, &in);
+
+	if (ret)
+		return ret;
+	if (LINUX_S_ISDIR(in.i_mode)) {
+		in.i_links_count = 0;
+		ret = dir_touch(rfs, parent, -1);
+		if (ret)
+			return ret;
+	} else if (in.i_links_count) {
+		in.i_links_count--;
+	}
+	inode_touch(&in, RR_CTIME);
+	ret = inode_write(rfs, ino, &in);
+	if (!ret && !in.i_links_count && !rr_ifind(rfs, ino))
+		ret = inode_free_locked(rfs, ino);
+	return ret;
+}
+
+int dir_unlink(struct rr_fs *rfs, ext2_ino_t dir, const char *name, int isdir)
+{
+	struct ext2_inode_large in;
+	ext2_ino_t ino;
+	int ret = check_name(name);
+
+	if (ret)
+		return ret;
+	rr_fs_lock(rfs);
+	ret = find(rfs, dir, name, &ino);
+	if (!ret)
+		ret = inode_load(rfs, ino, &in);
+	if (ret)
+		goto out;
+	if (isdir && !LINUX_S_ISDIR(in.i_mode)) {
+		ret = -ENOTDIR;
+		goto out;
+	}
+	if (!isdir && LINUX_S_ISDIR(in.i_mode)) {
+		ret = -EISDIR;
+		goto out;
+	}
+	if (isdir) {
+		ret = dir_empty(rfs, ino);
+		if (ret)
+			goto out;
+	}
+	ret = rr_err(ext2fs_unlink(rfs->fs, dir, name, ino, 0));
+	if (!ret)
+		ret = dir_touch(rfs, dir, 0);
+	if (!ret)
+		ret = drop_victim(rfs, dir, ino);
+out:
+	rr_fs_unlock(rfs);
+	return ret;
+}
+
+static int rename_exchange(struct rr_fs *rfs, ext2_ino_t odir, const char *oname, ext2_ino_t src,
+			   struct ext2_inode_large *sin, ext2_ino_t ndir, const char *nname,
+			   ext2_ino_t dst, struct ext2_inode_large *din)
+{
+	int sdir = LINUX_S_ISDIR(sin->i_mode), ddir = LINUX_S_ISDIR(din->i_mode);
+	int ret;
+
+	ret = set_entry(rfs, odir, oname, dst, ftype_of(din->i_mode));
+	if (!ret)
+		ret = set_entry(rfs, ndir, nname, src, ftype_of(sin->i_mode));
+	if (!ret && odir != ndir) {
+		if (sdir)
+			ret = set_entry(rfs, src, "..", ndir, -1);
+		if (!ret && ddir)
+			ret = set_entry(rfs, dst, "..", odir, -1);
+		if (!ret && sdir != ddir) {
+			ret = dir_touch(rfs, odir, sdir ? -1 : 1);
+			if (!ret)
+				ret = dir_touch(rfs, ndir, sdir ? 1 : -1);
+		}
+	}
+	if (ret)
+		return ret;
+	ret = dir_touch(rfs, odir, 0);
+	if (!ret && odir != ndir)
+		ret = dir_touch(rfs, ndir, 0);
+	inode_touch(sin, RR_CTIME);
+	inode_touch(din, RR_CTIME);
+	if (!ret)
+		ret = inode_write(rfs, src, sin);
+	if (!ret)
+		ret = inode_write(rfs, dst, din);
+	return ret;
+}
+
+int dir_rename(struct rr_fs *rfs, ext2_ino_t odir, const char *oname, ext2_ino_t ndir,
+	       const char *nname, unsigned int flags)
+{
+	struct ext2_inode_large sin, din;
+	ext2_ino_t src, dst = 0;
+	int ret, sdir;
+
+	if ((ret = check_name(oname)) || (ret = check_name(nname)))
+		return ret;
+	if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE))
+		return -EINVAL;
+	rr_fs_lock(rfs);
+	ret = find(rfs, odir, oname, &src);
+	if (!ret)
+		ret = inode_load(rfs, src, &sin);
+	if (ret)
+		goto out;
+	sdir = LINUX_S_ISDIR(sin.i_mode);
+	ret = find(rfs, ndir, nname, &dst);
+	if (ret == -ENOENT) {
+		dst = 0;
+		ret = 0;
+	}
+	if (ret)
+		goto out;
+	if (dst && (ret = inode_load(rfs, dst, &din)))
+		goto out;
+	if (flags & RENAME_EXCHANGE) {
+		ret = dst ? rename_exchange(rfs, odir, oname, src, &sin, ndir, nname, dst, &din) : -ENOENT;
+		goto out;
+	}
+	if (dst) {
+		if (flags & RENAME_NOREPLACE) {
+			ret = -EEXIST;
+			goto out;
+		}
+		if (dst == src)
+			goto out;	/* two links to one inode: POSIX says do nothing */
+		if (sdir && !LINUX_S_ISDIR(din.i_mode)) {
+			ret = -ENOTDIR;
+			goto out;
+		}
+		if (!sdir && LINUX_S_ISDIR(din.i_mode)) {
+			ret = -EISDIR;
+			goto out;
+		}
+		if (sdir && (ret = dir_empty(rfs, dst)))
+			goto out;
+		ret = set_entry(rfs, ndir, nname, src, ftype_of(sin.i_mode));
+		if (!ret)
+			ret = drop_victim(rfs, ndir, dst);
+	} else {
+		if (sdir && odir != ndir) {
+			/* Refuse before changing anything if the new parent is full of links. */
+			ret = inode_load(rfs, ndir, &din);
+			if (!ret)
+				ret = dir_nlink_inc(rfs, &din);
+			if (ret)
+				goto out;
+		}
+		ret = add_entry(rfs, ndir, nname, src, ftype_of(sin.i_mode));
+	}
+	if (ret)
+		goto out;
+	ret = rr_err(ext2fs_unlink(rfs->fs, odir, oname, src, 0));
+	if (!ret && sdir && odir != ndir) {
+		ret = set_entry(rfs, src, "..", ndir, -1);
+		if (!ret)
+			ret = dir_touch(rfs, odir, -1);
+		if (!ret)
+			ret = dir_touch(rfs, ndir, 1);
+	} else if (!ret) {
+		ret = dir_touch(rfs, odir, 0);
+		if (!ret && odir != ndir)
+			ret = dir_touch(rfs, ndir, 0);
+	}
+	if (!ret && !(ret = inode_load(rfs, src, &sin))) {
+		inode_touch(&sin, RR_CTIME);
+		ret = inode_write(rfs, src, &sin);
+	}
+out:
+	rr_fs_unlock(rfs);
+	return ret;
+}
+
+static int list_cb(struct ext2_dir_entry *de, int offset, int blocksize, char *buf, void *priv)
+{
+	struct rr_dirlist *l = priv;
+	int len = ext2fs_dirent_name_len(de);
+	static const unsigned char dt[] = {
+		[EXT2_FT_UNKNOWN] = DT_UNKNOWN, [EXT2_FT_REG_FILE] = DT_REG, [EXT2_FT_DIR] = DT_DIR,
+		[EXT2_FT_CHRDEV] = DT_CHR, [EXT2_FT_BLKDEV] = DT_BLK, [EXT2_FT_FIFO] = DT_FIFO,
+		[EXT2_FT_SOCK] = DT_SOCK, [EXT2_FT_SYMLINK] = DT_LNK,
+	};
+	int ft = ext2fs_dirent_file_type(de);
+
+	(void)offset;
+	(void)blocksize;
+	(void)buf;
+	if (!de->inode)
+		return 0;
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 64;
+		struct rr_dirent *v = realloc(l->v, cap * sizeof(*v));
+
+		if (!v)
+			return DIRENT_ABORT;
+		l->v = v;
+		l->cap = cap;
+	}
+	l->v[l->n].name = strndup(de->name, (size_t)len);
+	if (!l->v[l->n].name)
+		return DIRENT_ABORT;
+	l->v[l->n].ino = de->inode;
+	l->v[l->n].type = ft < (int)sizeof(dt) ? dt[ft] : DT_UNKNOWN;
+	l->n++;
+	return 0;
+}
+
+/* A snapshot of the directory's entries, "." and ".." included. */
+int dir_list(struct rr_fs *rfs, ext2_ino_t dir, struct rr_dirlist *out)
+{
+	errcode_t err;
+
+	memset(out, 0, sizeof(*out));
+	rr_fs_lock(rfs);
+	err = ext2fs_dir_iterate(rfs->fs, dir, 0, NULL, list_cb, out);
+	rr_fs_unlock(rfs);
+	if (err) {
+		dir_list_free(out);
+		return rr_err(err);
+	}
+	return 0;
+}
+
+void dir_list_free(struct rr_dirlist *l)
+{
+	size_t i;
+
+	for (i = 0; i < l->n; i++)
+		free(l->v[i].name);
+	free(l->v);
+	memset(l, 0, sizeof(*l));
+}

@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+#ifndef RRFUSE_DIR_H
+#define RRFUSE_DIR_H
+
+#include "rrfs.h"
+
+/* Who asks: owner and group for new inodes, and whether root's reserve applies. */
+struct rr_cred {
+	uid_t uid;
+	gid_t gid;
+	mode_t umask;
+};
+
+struct rr_dirent {
+	ext2_ino_t ino;
+	unsigned char type;	/* DT_* */
+	char *name;
+};
+
+struct rr_dirlist {
+	struct rr_dirent *v;
+	size_t n, cap;
+};
+
+/* All return 0 or -errno and take the fs lock themselves. */
+int dir_lookup(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t *ino,
+	       struct rr_inode **ri, struct ext2_inode_large *in);
+int dir_create(struct rr_fs *rfs, ext2_ino_t dir, const char *name, mode_t mode, dev_t rdev,
+	       const struct rr_cred *cr, ext2_ino_t *ino, struct rr_inode **ri,
+	       struct ext2_inode_large *in);
+int dir_symlink(struct rr_fs *rfs, ext2_ino_t dir, const char *name, const char *target,
+		const struct rr_cred *cr, ext2_ino_t *ino, struct rr_inode **ri,
+		struct ext2_inode_large *in);
+int dir_link(struct rr_fs *rfs, ext2_ino_t ino, ext2_ino_t dir, const char *name,
+	     struct rr_inode **ri, struct ext2_inode_large *in);
+int dir_unlink(struct rr_fs *rfs, ext2_ino_t dir, const char *name, int isdir);
+int dir_rename(struct rr_fs *rfs, ext2_ino_t odir, const char *oname, ext2_ino_t ndir,
+	       const char *nname, unsigned int flags);
+int dir_list(struct rr_fs *rfs, ext2_ino_t dir, struct rr_dirlist *out);
+void dir_list_free(struct rr_dirlist *l);
+
+#endif

@@ -1,0 +1,440 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The block map of a file: an in-memory sorted array of extents that the
+ * data path consults without libext2fs, and the changes to the on-disk tree
+ * (extent tree, or block map for old ext2/3 files) that keep it true.
+ *
+ * The array is loaded on first use under the fs lock, read under the
+ * inode's rw lock (shared), and changed only with rw held exclusively.  Any
+ * change that this file does not make itself (punch, fallocate, truncate)
+ * drops it, and the next user reloads it.
+ */
+#include "rrfs.h"
+#include "log.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+
+void emap_drop(struct rr_inode *ri)
+{
+	free(ri->emap.v);
+	memset(&ri->emap, 0, sizeof(ri->emap));
+	atomic_store_explicit(&ri->emap_loaded, 0, memory_order_release);
+}
+
+static int emap_reserve(struct rr_emap *m, uint32_t extra)
+{
+	if (m->n + extra > m->cap) {
+		uint32_t cap = m->cap ? m->cap * 2 : 8;
+		struct rr_ext *v;
+
+		while (cap < m->n + extra)
+			cap *= 2;
+		v = realloc(m->v, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		m->v = v;
+		m->cap = cap;
+	}
+	return 0;
+}
+
+/* Append while loading: merges physically and logically contiguous runs. */
+static int emap_append(struct rr_emap *m, uint32_t lblk, uint32_t len, uint64_t pblk, int uninit)
+{
+	struct rr_ext *last = m->n ? &m->v[m->n - 1] : NULL;
+
+	if (last && last->lblk + last->len == lblk && last->pblk + last->len == pblk &&
+	    last->uninit == (uint32_t)uninit && (uint64_t)last->len + len <= UINT32_MAX) {
+		last->len += len;
+		return 0;
+	}
+	if (emap_reserve(m, 1))
+		return -ENOMEM;
+	m->v[m->n++] = (struct rr_ext){ .lblk = lblk, .len = len, .pblk = pblk, .uninit = (uint32_t)uninit };
+	return 0;
+}
+
+static int load_blockmap_cb(ext2_filsys fs, blk64_t *blocknr, e2_blkcnt_t blockcnt, blk64_t ref_blk,
+			    int ref_offset, void *priv)
+{
+	(void)fs;
+	(void)ref_blk;
+	(void)ref_offset;
+	if (blockcnt < 0)
+		return 0;
+	return emap_append(priv, (uint32_t)blockcnt, 1, *blocknr, 0) ? BLOCK_ABORT : 0;
+}
+
+static errcode_t load_extents(ext2_filsys fs, ext2_ino_t ino, struct ext2_inode_large *in,
+			      struct rr_emap *m)
+{
+	ext2_extent_handle_t h;
+	struct ext2fs_extent ex;
+	errcode_t err;
+	int op = EXT2_EXTENT_ROOT;
+
+	err = ext2fs_extent_open2(fs, ino, (struct ext2_inode *)in, &h);
+	if (err)
+		return err;
+	for (;;) {
+		err = ext2fs_extent_get(h, op, &ex);
+		op = EXT2_EXTENT_NEXT;
+		if (err == EXT2_ET_EXTENT_NO_NEXT) {
+			err = 0;
+			break;
+		}
+		if (err)
+			break;
+		if (!(ex.e_flags & EXT2_EXTENT_FLAGS_LEAF) || (ex.e_flags & EXT2_EXTENT_FLAGS_SECOND_VISIT))
+			continue;
+		if (!ex.e_len)
+			continue;
+		if (m->n && ex.e_lblk < (uint64_t)m->v[m->n - 1].lblk + m->v[m->n - 1].len) {
+			err = EXT2_ET_EXTENT_HEADER_BAD;	/* overlapping or unsorted */
+			break;
+		}
+		if (ex.e_pblk < fs->super->s_first_data_block ||
+		    ex.e_pblk + ex.e_len > ext2fs_blocks_count(fs->super)) {
+			err = EXT2_ET_BAD_BLOCK_NUM;
+			break;
+		}
+		if (emap_append(m, (uint32_t)ex.e_lblk, ex.e_len, ex.e_pblk,
+				!!(ex.e_flags & EXT2_EXTENT_FLAGS_UNINIT))) {
+			err = EXT2_ET_NO_MEMORY;
+			break;
+		}
+	}
+	ext2fs_extent_free(h);
+	return err;
+}
+
+/* Make sure ri->emap is loaded.  Caller holds ri->rw (either mode). */
+int emap_ensure(struct rr_fs *rfs, struct rr_inode *ri)
+{
+	struct ext2_inode_large in;
+	struct rr_emap m = { 0 };
+	errcode_t err;
+
+	if (atomic_load_explicit(&ri->emap_loaded, memory_order_acquire))
+		return 0;
+	rr_fs_lock(rfs);
+	/* Shared holders of rw may race here; the fs lock orders them. */
+	if (atomic_load_explicit(&ri->emap_loaded, memory_order_acquire)) {
+		rr_fs_unlock(rfs);
+		return 0;
+	}
+	err = ext2fs_read_inode_full(rfs->fs, ri->ino, (struct ext2_inode *)&in, sizeof(in));
+	if (!err && ext2fs_inode_has_valid_blocks2(rfs->fs, (struct ext2_inode *)&in)) {
+		if (in.i_flags & EXT4_EXTENTS_FL)
+			err = load_extents(rfs->fs, ri->ino, &in, &m);
+		else
+			err = ext2fs_block_iterate3(rfs->fs, ri->ino, BLOCK_FLAG_READ_ONLY | BLOCK_FLAG_DATA_ONLY,
+						    NULL, load_blockmap_cb, &m);
+	}
+	if (err) {
+		rr_fs_unlock(rfs);
+		free(m.v);
+		rr_log(LOG_ERR, "inode %u: bad block map: %s", ri->ino, error_message(err));
+		return err == EXT2_ET_NO_MEMORY ? -ENOMEM : -EIO;
+	}
+	ri->emap = m;
+	ri->extents = !!(in.i_flags & EXT4_EXTENTS_FL);
+	atomic_store_explicit(&ri->emap_loaded, 1, memory_order_release);
+	rr_fs_unlock(rfs);
+	return 0;
+}
+
+/*
+ * What maps lblk: out->pblk (0 for a hole), out->uninit, and out->len, the
+ * number of blocks from lblk on that map the same way (for a hole: up to the
+ * next extent, or UINT32_MAX).
+ */
+void emap_lookup(const struct rr_emap *m, uint64_t lblk, struct rr_ext *out)
+{
+	uint32_t lo = 0, hi = m->n;
+
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+
+		if ((uint64_t)m->v[mid].lblk + m->v[mid].len <= lblk)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	out->lblk = (uint32_t)lblk;
+	if (lo < m->n && m->v[lo].lblk <= lblk) {
+		const struct rr_ext *e = &m->v[lo];
+
+		out->pblk = e->pblk + (lblk - e->lblk);
+		out->len = (uint32_t)(e->lblk + e->len - lblk);
+		out->uninit = e->uninit;
+	} else {
+		out->pblk = 0;
+		out->uninit = 0;
+		out->len = lo < m->n ? (uint32_t)(m->v[lo].lblk - lblk) : UINT32_MAX;
+	}
+}
+
+/* Set [lblk, lblk+len) to map to pblk in the cached array, whatever it mapped before. */
+void emap_cache_set(struct rr_emap *m, uint32_t lblk, uint32_t len, uint64_t pblk, int uninit)
+{
+	uint64_t end = (uint64_t)lblk + len;
+	uint32_t i, j, out = 0;
+	struct rr_ext *tmp;
+
+	if (emap_reserve(m, 2)) {
+		/* Cannot grow: forget the cache rather than keep it wrong. */
+		free(m->v);
+		memset(m, 0, sizeof(*m));
+		return;
+	}
+	tmp = malloc((m->n + 2) * sizeof(*tmp));
+	if (!tmp) {
+		free(m->v);
+		memset(m, 0, sizeof(*m));
+		return;
+	}
+	for (i = 0; i < m->n && (uint64_t)m->v[i].lblk + m->v[i].len <= lblk; i++)
+		tmp[out++] = m->v[i];
+	/* Head piece of an extent that overlaps the start. */
+	if (i < m->n && m->v[i].lblk < lblk) {
+		tmp[out] = m->v[i];
+		tmp[out].len = lblk - m->v[i].lblk;
+		out++;
+	}
+	tmp[out++] = (struct rr_ext){ .lblk = lblk, .len = len, .pblk = pblk, .uninit = (uint32_t)uninit };
+	for (j = i; j < m->n && m->v[j].lblk < end; j++) {
+		uint64_t e_end = (uint64_t)m->v[j].lblk + m->v[j].len;
+
+		if (e_end > end) {
+			/* Tail piece of an extent that overlaps the end. */
+			tmp[out] = m->v[j];
+			tmp[out].lblk = (uint32_t)end;
+			tmp[out].pblk += end - m->v[j].lblk;
+			tmp[out].len = (uint32_t)(e_end - end);
+			out++;
+		}
+	}
+	for (; j < m->n; j++)
+		tmp[out++] = m->v[j];
+	/* Merge the new entry with contiguous neighbours. */
+	for (i = 0, j = 0; i < out; i++) {
+		if (j && tmp[j - 1].lblk + tmp[j - 1].len == tmp[i].lblk &&
+		    tmp[j - 1].pblk + tmp[j - 1].len == tmp[i].pblk && tmp[j - 1].uninit == tmp[i].uninit &&
+		    (uint64_t)tmp[j - 1].len + tmp[i].len <= UINT32_MAX)
+			tmp[j - 1].len += tmp[i].len;
+		else
+			tmp[j++] = tmp[i];
+	}
+	memcpy(m->v, tmp, j * sizeof(*tmp));
+	m->n = j;
+	free(tmp);
+}
+
+/* A physical goal for lblk: just after the nearest mapped block before it. */
+uint64_t emap_goal(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk)
+{
+	const struct rr_emap *m = &ri->emap;
+	uint32_t lo = 0, hi = m->n;
+	ext2_filsys fs = rfs->fs;
+	dgrp_t group;
+
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+
+		if (m->v[mid].lblk <= lblk)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo > 0) {
+		const struct rr_ext *e = &m->v[lo - 1];
+
+		return e->pblk + (lblk - e->lblk);
+	}
+	/* No block before it: the start of the inode's (flex) group. */
+	group = ext2fs_group_of_ino(fs, ri->ino);
+	if (fs->super->s_log_groups_per_flex)
+		group &= ~((1u << fs->super->s_log_groups_per_flex) - 1);
+	return ext2fs_group_first_block2(fs, group);
+}
+
+/*
+ * Insert one extent of at most the maximum length into the tree.  The
+ * handle ends on the new extent.
+ */
+static errcode_t tree_insert_one(ext2_extent_handle_t h, uint64_t lblk, uint64_t pblk, uint32_t len,
+				 int uninit)
+{
+	struct ext2fs_extent cur, nx = { .e_pblk = pblk, .e_lblk = lblk, .e_len = len,
+					 .e_flags = uninit ? EXT2_EXTENT_FLAGS_UNINIT : 0 };
+	uint32_t max = uninit ? EXT_UNINIT_MAX_LEN : EXT_INIT_MAX_LEN;
+	errcode_t err;
+	int flags = 0;
+
+	err = ext2fs_extent_goto(h, lblk);
+	if (!err)
+		return EXT2_ET_EXTENT_HEADER_BAD;	/* already mapped: caller's bug or corruption */
+	if (err != EXT2_ET_EXTENT_NOT_FOUND)
+		return err;
+	err = ext2fs_extent_get(h, EXT2_EXTENT_CURRENT, &cur);
+	if (err == 0) {
+		if (cur.e_lblk + cur.e_len == lblk && cur.e_pblk + cur.e_len == pblk &&
+		    (cur.e_flags & EXT2_EXTENT_FLAGS_UNINIT) == nx.e_flags && cur.e_len + len <= max) {
+			/* Contiguous with the extent before it: grow that one. */
+			cur.e_len += len;
+			err = ext2fs_extent_replace(h, 0, &cur);
+			return err ? err : ext2fs_extent_fix_parents(h);
+		}
+		if (cur.e_lblk < lblk)
+			flags = EXT2_EXTENT_INSERT_AFTER;
+	} else if (err != EXT2_ET_NO_CURRENT_NODE) {
+		return err;
+	}
+	err = ext2fs_extent_insert(h, flags, &nx);
+	return err ? err : ext2fs_extent_fix_parents(h);
+}
+
+static errcode_t tree_insert(ext2_extent_handle_t h, uint64_t lblk, uint64_t pblk, uint32_t len,
+			     int uninit)
+{
+	uint32_t max = uninit ? EXT_UNINIT_MAX_LEN : EXT_INIT_MAX_LEN;
+	errcode_t err = 0;
+
+	while (len && !err) {
+		uint32_t n = len < max ? len : max;
+
+		err = tree_insert_one(h, lblk, pblk, n, uninit);
+		lblk += n;
+		pblk += n;
+		len -= n;
+	}
+	return err;
+}
+
+/*
+ * Map [lblk, lblk+len) of a hole to freshly allocated pblk..  Caller holds
+ * ri->rw exclusively and the fs lock; in is the inode as on disk and is
+ * written back with its new block count.
+ */
+int emap_map(struct rr_fs *rfs, struct rr_inode *ri, struct ext2_inode_large *in, uint64_t lblk,
+	     uint64_t pblk, uint32_t len)
+{
+	int ret = emap_tree_map(rfs, ri->ino, in, lblk, pblk, len);
+
+	if (ret) {
+		emap_drop(ri);
+		return ret;
+	}
+	emap_cache_set(&ri->emap, (uint32_t)lblk, len, pblk, 0);
+	if (!ri->emap.v)
+		atomic_store_explicit(&ri->emap_loaded, 0, memory_order_release);
+	return inode_write(rfs, ri->ino, in);
+}
+
+/* The on-disk half of emap_map(), for inodes with no rr_inode yet; in is not written. */
+int emap_tree_map(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in, uint64_t lblk,
+		  uint64_t pblk, uint32_t len)
+{
+	ext2_filsys fs = rfs->fs;
+	errcode_t err;
+
+	if (lblk + len > (1ULL << 32))
+		return -EFBIG;
+	if (in->i_flags & EXT4_EXTENTS_FL) {
+		ext2_extent_handle_t h;
+
+		err = ext2fs_extent_open2(fs, ino, (struct ext2_inode *)in, &h);
+		if (!err) {
+			err = tree_insert(h, lblk, pblk, len, 0);
+			ext2fs_extent_free(h);
+		}
+	} else {
+		uint32_t i;
+
+		/* Block-mapped (ext2/3) files: one pointer at a time. */
+		err = 0;
+		for (i = 0; i < len && !err; i++) {
+			blk64_t b = pblk + i;
+
+			err = ext2fs_bmap2(fs, ino, (struct ext2_inode *)in, NULL, BMAP_SET, lblk + i,
+					   NULL, &b);
+		}
+	}
+	if (err)
+		return rr_err(err);
+	ext2fs_iblk_add_blocks(fs, (struct ext2_inode *)in, len);
+	return 0;
+}
+
+/*
+ * Turn the unwritten blocks [lblk, lblk+len) into written ones, splitting
+ * unwritten extents where the range ends inside them.  Same locking as
+ * emap_map().
+ */
+int emap_mark_init(struct rr_fs *rfs, struct rr_inode *ri, struct ext2_inode_large *in,
+		   uint64_t lblk, uint32_t len)
+{
+	ext2_extent_handle_t h = NULL;
+	struct ext2fs_extent ex, piece;
+	uint64_t end = lblk + len;
+	errcode_t err;
+
+	err = ext2fs_extent_open2(rfs->fs, ri->ino, (struct ext2_inode *)in, &h);
+	while (!err && lblk < end) {
+		uint64_t s, e, ex_end;
+
+		err = ext2fs_extent_goto(h, lblk);
+		if (err)
+			break;
+		err = ext2fs_extent_get(h, EXT2_EXTENT_CURRENT, &ex);
+		if (err)
+			break;
+		ex_end = ex.e_lblk + ex.e_len;
+		s = lblk;
+		e = end < ex_end ? end : ex_end;
+		if (!(ex.e_flags & EXT2_EXTENT_FLAGS_UNINIT)) {
+			lblk = e;
+			continue;
+		}
+		if (s > ex.e_lblk) {
+			/* Keep the unwritten head; the written part follows it. */
+			piece = ex;
+			piece.e_len = (__u32)(s - ex.e_lblk);
+			err = ext2fs_extent_replace(h, 0, &piece);
+			if (err)
+				break;
+			piece.e_lblk = s;
+			piece.e_pblk = ex.e_pblk + (s - ex.e_lblk);
+			piece.e_len = (__u32)(e - s);
+			piece.e_flags &= ~EXT2_EXTENT_FLAGS_UNINIT;
+			err = ext2fs_extent_insert(h, EXT2_EXTENT_INSERT_AFTER, &piece);
+		} else {
+			piece = ex;
+			piece.e_len = (__u32)(e - s);
+			piece.e_flags &= ~EXT2_EXTENT_FLAGS_UNINIT;
+			err = ext2fs_extent_replace(h, 0, &piece);
+		}
+		if (!err && e < ex_end) {
+			/* The unwritten tail after the written part. */
+			piece.e_lblk = e;
+			piece.e_pblk = ex.e_pblk + (e - ex.e_lblk);
+			piece.e_len = (__u32)(ex_end - e);
+			piece.e_flags = ex.e_flags;
+			err = ext2fs_extent_insert(h, EXT2_EXTENT_INSERT_AFTER, &piece);
+		}
+		if (!err)
+			err = ext2fs_extent_fix_parents(h);
+		lblk = e;
+	}
+	if (h)
+		ext2fs_extent_free(h);
+	/* The tree changed in several places: simplest to reload the cache. */
+	emap_drop(ri);
+	if (err)
+		return rr_err(err);
+	return inode_write(rfs, ri->ino, in);
+}

@@ -1,0 +1,353 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Opening, checking, committing and closing the filesystem; the fs lock; the
+ * one place where libext2fs error codes become errnos.
+ */
+#include "rrfs.h"
+#include "io.h"
+#include "log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+void rr_fs_lock(struct rr_fs *rfs)
+{
+	pthread_mutex_lock(&rfs->lock);
+}
+
+void rr_fs_unlock(struct rr_fs *rfs)
+{
+	pthread_mutex_unlock(&rfs->lock);
+}
+
+void rr_fs_dirty(struct rr_fs *rfs)
+{
+	rfs->dirty = 1;
+}
+
+int rr_err(errcode_t err)
+{
+	if (!err)
+		return 0;
+	/* The io manager and libc return plain errnos. */
+	if (err > 0 && err < 4096)
+		return -(int)err;
+	switch (err) {
+	case EXT2_ET_NO_MEMORY:
+		return -ENOMEM;
+	case EXT2_ET_RO_FILSYS:
+	case EXT2_ET_RO_UNSUPP_FEATURE:
+		return -EROFS;
+	case EXT2_ET_DIR_NO_SPACE:
+	case EXT2_ET_BLOCK_ALLOC_FAIL:
+	case EXT2_ET_INODE_ALLOC_FAIL:
+	case EXT2_ET_EA_NO_SPACE:
+	case EXT2_ET_TOOSMALL:
+		return -ENOSPC;
+	case EXT2_ET_FILE_NOT_FOUND:
+		return -ENOENT;
+	case EXT2_ET_DIR_EXISTS:
+	case EXT2_ET_FILE_EXISTS:
+		return -EEXIST;
+	case EXT2_ET_TOO_MANY_REFS:
+		return -EMLINK;
+	case EXT2_ET_EA_KEY_NOT_FOUND:
+		return -ENODATA;
+	case EXT2_ET_FILE_TOO_BIG:
+	case EXT2_ET_EXTENT_NOT_SUPPORTED:
+		return -EFBIG;
+	case EXT2_ET_UNIMPLEMENTED:
+	case EXT2_ET_OP_NOT_SUPPORTED:
+		return -EOPNOTSUPP;
+	case EXT2_ET_NO_DIRECTORY:
+		return -ENOTDIR;
+	case EXT2_ET_INVALID_ARGUMENT:
+		return -EINVAL;
+	default:
+		/* Corruption, checksum failures, bad block numbers: EIO, logged. */
+		rr_log(LOG_ERR, "filesystem error: %s", error_message(err));
+		return -EIO;
+	}
+}
+
+static int feature_check(ext2_filsys fs, int *ro, char *msg, size_t msglen)
+{
+	struct ext2_super_block *sb = fs->super;
+	static const struct {
+		__u32 mask;
+		const char *name;
+	} bad_incompat[] = {
+		{ EXT2_FEATURE_INCOMPAT_COMPRESSION, "compression" },
+		{ EXT3_FEATURE_INCOMPAT_JOURNAL_DEV, "journal_dev" },
+		{ EXT4_FEATURE_INCOMPAT_DIRDATA, "dirdata" },
+		{ EXT4_FEATURE_INCOMPAT_INLINE_DATA, "inline_data" },
+		{ EXT4_FEATURE_INCOMPAT_ENCRYPT, "encrypt" },
+		{ EXT4_FEATURE_INCOMPAT_CASEFOLD, "casefold" },
+	}, ro_compat_ro[] = {
+		{ EXT4_FEATURE_RO_COMPAT_QUOTA, "quota" },
+		{ EXT4_FEATURE_RO_COMPAT_BIGALLOC, "bigalloc" },
+		{ EXT4_FEATURE_RO_COMPAT_REPLICA, "replica" },
+		{ EXT4_FEATURE_RO_COMPAT_READONLY, "read-only" },
+		{ EXT4_FEATURE_RO_COMPAT_VERITY, "verity" },
+		{ EXT4_FEATURE_RO_COMPAT_SHARED_BLOCKS, "shared_blocks" },
+		{ EXT4_FEATURE_RO_COMPAT_ORPHAN_PRESENT, "orphan_present (orphans pending)" },
+	};
+	size_t i;
+
+	if (sb->s_rev_level > EXT2_DYNAMIC_REV) {
+		snprintf(msg, msglen, "unsupported revision level %u", sb->s_rev_level);
+		return -EINVAL;
+	}
+	for (i = 0; i < sizeof(bad_incompat) / sizeof(bad_incompat[0]); i++)
+		if (sb->s_feature_incompat & bad_incompat[i].mask) {
+			snprintf(msg, msglen, "unsupported incompat feature '%s'", bad_incompat[i].name);
+			return -EOPNOTSUPP;
+		}
+	if (sb->s_feature_incompat & ~EXT2_LIB_FEATURE_INCOMPAT_SUPP) {
+		snprintf(msg, msglen, "unknown incompat features 0x%x",
+			 sb->s_feature_incompat & ~EXT2_LIB_FEATURE_INCOMPAT_SUPP);
+		return -EOPNOTSUPP;
+	}
+	if (sb->s_feature_incompat & EXT3_FEATURE_INCOMPAT_RECOVER) {
+		snprintf(msg, msglen, "the journal needs recovery: run 'e2fsck -fy' on the image first");
+		return -EUCLEAN;
+	}
+	if (*ro)
+		return 0;
+	if (sb->s_feature_ro_compat & ~EXT2_LIB_FEATURE_RO_COMPAT_SUPP) {
+		rr_log(LOG_WARNING, "unknown ro_compat features 0x%x: mounting read-only",
+		       sb->s_feature_ro_compat & ~EXT2_LIB_FEATURE_RO_COMPAT_SUPP);
+		*ro = 1;
+		return 0;
+	}
+	for (i = 0; i < sizeof(ro_compat_ro) / sizeof(ro_compat_ro[0]); i++)
+		if (sb->s_feature_ro_compat & ro_compat_ro[i].mask) {
+			rr_log(LOG_WARNING, "feature '%s' is not writable by rrfuse: mounting read-only",
+			       ro_compat_ro[i].name);
+			*ro = 1;
+			return 0;
+		}
+	if (sb->s_last_orphan) {
+		rr_log(LOG_WARNING, "orphan list present (inode %u): mounting read-only; run e2fsck",
+		       sb->s_last_orphan);
+		*ro = 1;
+	}
+	return 0;
+}
+
+/* Blocks that hold static metadata, as the kernel leaves them out of f_blocks. */
+static uint64_t overhead_blocks(ext2_filsys fs)
+{
+	struct ext2_super_block *sb = fs->super;
+	uint64_t total = sb->s_first_data_block;
+	dgrp_t g;
+
+	if (sb->s_overhead_clusters)
+		return sb->s_overhead_clusters;
+	for (g = 0; g < fs->group_desc_count; g++) {
+		blk64_t super_blk, old_desc, new_desc;
+		blk_t used = 0;
+
+		ext2fs_super_and_bgd_loc2(fs, g, &super_blk, &old_desc, &new_desc, &used);
+		total += used + 2 + fs->inode_blocks_per_group;
+	}
+	if (sb->s_journal_inum) {
+		struct ext2_inode in;
+
+		if (!ext2fs_read_inode(fs, sb->s_journal_inum, &in))
+			total += ext2fs_get_stat_i_blocks(fs, &in) / (fs->blocksize / 512);
+	}
+	return total;
+}
+
+int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts, char *msg,
+	       size_t msglen)
+{
+	int flags = EXT2_FLAG_64BITS | EXT2_FLAG_EXCLUSIVE;
+	ext2_filsys fs = NULL;
+	errcode_t err;
+	int ret, ro = opts->ro;
+
+	memset(rfs, 0, sizeof(*rfs));
+	rfs->opts = *opts;
+	rfs->device = device;
+	pthread_mutex_init(&rfs->lock, NULL);
+	pthread_mutex_init(&rfs->commit_lock, NULL);
+	pthread_cond_init(&rfs->commit_cond, NULL);
+
+	io_set_readonly(ro);
+	err = ext2fs_open2(device, NULL, flags | (ro ? 0 : EXT2_FLAG_RW), 0, 0, rr_io_manager, &fs);
+	if (!ro && (err == EACCES || err == EROFS || err == EPERM)) {
+		/* A read-only image file or device: like the kernel, fall back to ro. */
+		rr_log(LOG_WARNING, "%s is write-protected: mounting read-only", device);
+		ro = 1;
+		io_set_readonly(1);
+		err = ext2fs_open2(device, NULL, flags, 0, 0, rr_io_manager, &fs);
+	}
+	if (err) {
+		if (err == EBUSY)
+			snprintf(msg, msglen, "%s is in use (mounted, or opened by another program)", device);
+		else if (err == EXT2_ET_BAD_MAGIC)
+			snprintf(msg, msglen, "%s: not an ext2/3/4 filesystem (bad superblock magic)", device);
+		else
+			snprintf(msg, msglen, "%s: %s", device, error_message(err));
+		return -EINVAL;
+	}
+	ret = feature_check(fs, &ro, msg, msglen);
+	if (ret) {
+		ext2fs_close_free(&fs);
+		return ret;
+	}
+	if (fs->blocksize > 65536 || EXT2FS_CLUSTER_RATIO(fs) != 1) {
+		snprintf(msg, msglen, "unsupported block/cluster size");
+		ext2fs_close_free(&fs);
+		return -EOPNOTSUPP;
+	}
+	err = ext2fs_read_bitmaps(fs);
+	if (err) {
+		snprintf(msg, msglen, "%s: cannot read bitmaps: %s", device, error_message(err));
+		ext2fs_close_free(&fs);
+		return -EIO;
+	}
+	if (ro)
+		fs->flags &= ~EXT2_FLAG_RW;
+
+	rfs->fs = fs;
+	rfs->fd = io_fd(fs->io);
+	rfs->bsize = fs->blocksize;
+	rfs->bbits = (unsigned int)(__builtin_ctz(fs->blocksize));
+	rfs->ro = ro;
+	rfs->opts.ro = ro;
+	rfs->orig_state = fs->super->s_state;
+	if (!(fs->super->s_state & EXT2_VALID_FS))
+		rr_log(LOG_WARNING, "warning: mounting unchecked fs, running e2fsck is recommended");
+	else if (fs->super->s_state & EXT2_ERROR_FS)
+		rr_log(LOG_WARNING, "warning: mounting fs with errors, running e2fsck is recommended");
+
+	ret = rr_itab_init(&rfs->itab);
+	if (!ret && !ro)
+		ret = rr_alloc_attach(fs, &rfs->alloc);
+	if (ret) {
+		snprintf(msg, msglen, "out of memory");
+		ext2fs_close_free(&rfs->fs);
+		return ret;
+	}
+	rfs->overhead = overhead_blocks(fs);
+	return 0;
+}
+
+/*
+ * Record the mount in the superblock: from here on a crash leaves an image
+ * that e2fsck checks in full.  Nothing is written to the image before this.
+ */
+int rr_fs_mark_mounted(struct rr_fs *rfs)
+{
+	ext2_filsys fs = rfs->fs;
+
+	if (rfs->ro)
+		return 0;
+	fs->super->s_state &= (__u16)~EXT2_VALID_FS;
+	fs->super->s_mnt_count++;
+	fs->super->s_mtime = (__u32)time(NULL);
+	ext2fs_mark_super_dirty(fs);
+	rfs->mounted = 1;
+	return rr_fs_commit(rfs, 1);
+}
+
+int rr_fs_commit(struct rr_fs *rfs, int sync)
+{
+	ext2_filsys fs = rfs->fs;
+	errcode_t err = 0;
+	int ret;
+
+	if (rfs->ro)
+		return 0;
+	rr_fs_lock(rfs);
+	if (fs->flags & (EXT2_FLAG_DIRTY | EXT2_FLAG_BB_DIRTY | EXT2_FLAG_IB_DIRTY) || rfs->dirty) {
+		err = ext2fs_flush2(fs, EXT2_FLAG_FLUSH_NO_SYNC);
+		if (!err)
+			rfs->dirty = 0;
+	}
+	rr_fs_unlock(rfs);
+	if (err)
+		return rr_err(err);
+	if (sync) {
+		ret = io_flush(rfs->fd);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+static void *commit_main(void *arg)
+{
+	struct rr_fs *rfs = arg;
+	struct timespec ts;
+	int ret;
+
+	pthread_mutex_lock(&rfs->commit_lock);
+	while (!rfs->commit_stop) {
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += rfs->opts.commit_secs;
+		pthread_cond_timedwait(&rfs->commit_cond, &rfs->commit_lock, &ts);
+		if (rfs->commit_stop)
+			break;
+		pthread_mutex_unlock(&rfs->commit_lock);
+		ret = rr_fs_commit(rfs, 1);
+		if (ret)
+			rr_log(LOG_ERR, "periodic commit failed: %s", strerror(-ret));
+		pthread_mutex_lock(&rfs->commit_lock);
+	}
+	pthread_mutex_unlock(&rfs->commit_lock);
+	return NULL;
+}
+
+void rr_fs_start_commit_thread(struct rr_fs *rfs)
+{
+	if (rfs->ro || !rfs->opts.commit_secs)
+		return;
+	if (pthread_create(&rfs->commit_thread, NULL, commit_main, rfs) == 0)
+		rfs->commit_running = 1;
+	else
+		rr_log(LOG_ERR, "cannot start the commit thread: metadata reaches the image at fsync and unmount only");
+}
+
+int rr_fs_close(struct rr_fs *rfs)
+{
+	errcode_t err;
+	int ret = 0;
+
+	if (rfs->commit_running) {
+		pthread_mutex_lock(&rfs->commit_lock);
+		rfs->commit_stop = 1;
+		pthread_cond_signal(&rfs->commit_cond);
+		pthread_mutex_unlock(&rfs->commit_lock);
+		pthread_join(rfs->commit_thread, NULL);
+		rfs->commit_running = 0;
+	}
+	if (!rfs->fs)
+		return 0;
+	rr_itab_destroy(rfs);
+	if (rfs->mounted) {
+		/* A clean unmount: the state the image had when we mounted it. */
+		rfs->fs->super->s_state = rfs->orig_state;
+		rfs->fs->super->s_wtime = (__u32)time(NULL);
+		ext2fs_mark_super_dirty(rfs->fs);
+	}
+	if (rfs->alloc)
+		rr_alloc_detach(rfs->alloc);
+	rfs->alloc = NULL;
+	if (rfs->mounted) {
+		err = ext2fs_flush2(rfs->fs, 0);
+		if (err)
+			ret = rr_err(err);
+	}
+	if (!rfs->mounted)
+		rfs->fs->flags &= ~(EXT2_FLAG_DIRTY | EXT2_FLAG_BB_DIRTY | EXT2_FLAG_IB_DIRTY);
+	err = ext2fs_close_free(&rfs->fs);
+	if (err && !ret)
+		ret = rr_err(err);
+	return ret;
+}

@@ -1,0 +1,458 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * In-memory inodes and on-disk inode helpers.
+ *
+ * An rr_inode exists while the kernel holds lookups on it or it is open.  It
+ * carries the inode's data lock, its cached block map and i_size.  Everything
+ * else about the inode lives on disk and is read and written through
+ * libext2fs under the fs lock (libext2fs keeps a small inode cache), so there
+ * is one copy of each field and nothing to keep coherent.
+ *
+ * An inode whose last link is removed while in use is freed when its last
+ * lookup and open are gone (rr_iput); the on-disk orphan list that makes this
+ * survive a crash belongs to src/orphan.c.
+ */
+#include "rrfs.h"
+#include "log.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/sysmacros.h>
+
+int rr_itab_init(struct rr_itab *t)
+{
+	pthread_mutex_init(&t->lock, NULL);
+	t->nbuckets = 4096;
+	t->hash = calloc(t->nbuckets, sizeof(*t->hash));
+	return t->hash ? 0 : -ENOMEM;
+}
+
+static size_t ihash(const struct rr_itab *t, ext2_ino_t ino)
+{
+	return (ino * 2654435761u) & (t->nbuckets - 1);
+}
+
+static void itab_grow(struct rr_itab *t)
+{
+	size_t i, n = t->nbuckets * 2;
+	struct rr_inode **h = calloc(n, sizeof(*h));
+
+	if (!h)
+		return;
+	for (i = 0; i < t->nbuckets; i++) {
+		struct rr_inode *ri = t->hash[i], *next;
+
+		for (; ri; ri = next) {
+			size_t b = (ri->ino * 2654435761u) & (n - 1);
+
+			next = ri->hnext;
+			ri->hnext = h[b];
+			h[b] = ri;
+		}
+	}
+	free(t->hash);
+	t->hash = h;
+	t->nbuckets = n;
+}
+
+static struct rr_inode *itab_find_locked(struct rr_itab *t, ext2_ino_t ino)
+{
+	struct rr_inode *ri = t->hash[ihash(t, ino)];
+
+	while (ri && ri->ino != ino)
+		ri = ri->hnext;
+	return ri;
+}
+
+struct rr_inode *rr_ifind(struct rr_fs *rfs, ext2_ino_t ino)
+{
+	struct rr_inode *ri;
+
+	pthread_mutex_lock(&rfs->itab.lock);
+	ri = itab_find_locked(&rfs->itab, ino);
+	pthread_mutex_unlock(&rfs->itab.lock);
+	return ri;
+}
+
+/*
+ * Find or create the in-memory inode and take one kernel lookup reference.
+ * Caller holds the fs lock, so that a name found in a directory and the
+ * reference taken on its inode are one step for unlink and forget.
+ */
+struct rr_inode *rr_iget(struct rr_fs *rfs, ext2_ino_t ino)
+{
+	struct rr_itab *t = &rfs->itab;
+	struct ext2_inode_large in;
+	struct rr_inode *ri, *nri;
+
+	pthread_mutex_lock(&t->lock);
+	ri = itab_find_locked(t, ino);
+	if (ri) {
+		ri->nlookup++;
+		pthread_mutex_unlock(&t->lock);
+		return ri;
+	}
+	pthread_mutex_unlock(&t->lock);
+
+	/* Not cached: read the inode without holding the table lock (it is a leaf). */
+	if (inode_load(rfs, ino, &in))
+		return NULL;
+	nri = calloc(1, sizeof(*nri));
+	if (!nri)
+		return NULL;
+	nri->ino = ino;
+	pthread_rwlock_init(&nri->rw, NULL);
+	nri->size = EXT2_I_SIZE(&in);
+	nri->extents = !!(in.i_flags & EXT4_EXTENTS_FL);
+
+	pthread_mutex_lock(&t->lock);
+	ri = itab_find_locked(t, ino);
+	if (ri) {
+		/* Another thread won the race; its copy is as good as ours. */
+		pthread_rwlock_destroy(&nri->rw);
+		free(nri);
+	} else {
+		ri = nri;
+		if (t->count >= t->nbuckets)
+			itab_grow(t);
+		ri->hnext = t->hash[ihash(t, ino)];
+		t->hash[ihash(t, ino)] = ri;
+		t->count++;
+	}
+	ri->nlookup++;
+	pthread_mutex_unlock(&t->lock);
+	return ri;
+}
+
+/* One more open file handle on an inode the kernel holds a reference to. */
+void rr_iopen(struct rr_fs *rfs, struct rr_inode *ri)
+{
+	pthread_mutex_lock(&rfs->itab.lock);
+	ri->nopen++;
+	pthread_mutex_unlock(&rfs->itab.lock);
+}
+
+static void rr_inode_free(struct rr_inode *ri)
+{
+	emap_drop(ri);
+	pthread_rwlock_destroy(&ri->rw);
+	free(ri);
+}
+
+/* Drop nlookup kernel references or one open reference; the last one frees. */
+void rr_iput(struct rr_fs *rfs, struct rr_inode *ri, uint64_t nlookup, int close)
+{
+	struct rr_itab *t = &rfs->itab;
+	struct rr_inode **pp;
+	ext2_ino_t ino = ri->ino;
+	int gone = 0;
+
+	pthread_mutex_lock(&t->lock);
+	if (nlookup > ri->nlookup) {
+		rr_log(LOG_ERR, "inode %u: forget of %llu lookups, only %llu held", ino,
+		       (unsigned long long)nlookup, (unsigned long long)ri->nlookup);
+		nlookup = ri->nlookup;
+	}
+	ri->nlookup -= nlookup;
+	if (close && ri->nopen)
+		ri->nopen--;
+	if (!ri->nlookup && !ri->nopen) {
+		for (pp = &t->hash[ihash(t, ino)]; *pp != ri; pp = &(*pp)->hnext)
+			;
+		*pp = ri->hnext;
+		t->count--;
+		gone = 1;
+	}
+	pthread_mutex_unlock(&t->lock);
+	if (!gone)
+		return;
+	rr_inode_free(ri);
+	if (!rfs->ro)
+		inode_free_if_unlinked(rfs, ino);
+}
+
+void rr_itab_destroy(struct rr_fs *rfs)
+{
+	struct rr_itab *t = &rfs->itab;
+	size_t i;
+
+	if (!t->hash)
+		return;
+	for (i = 0; i < t->nbuckets; i++) {
+		struct rr_inode *ri, *next;
+
+		for (ri = t->hash[i]; ri; ri = next) {
+			ext2_ino_t ino = ri->ino;
+
+			next = ri->hnext;
+			rr_inode_free(ri);
+			if (!rfs->ro)
+				inode_free_if_unlinked(rfs, ino);
+		}
+	}
+	free(t->hash);
+	t->hash = NULL;
+}
+
+/* Caller holds the fs lock. */
+int inode_load(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in)
+{
+	return rr_err(ext2fs_read_inode_full(rfs->fs, ino, (struct ext2_inode *)in, sizeof(*in)));
+}
+
+int inode_read(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in)
+{
+	int ret;
+
+	rr_fs_lock(rfs);
+	ret = inode_load(rfs, ino, in);
+	rr_fs_unlock(rfs);
+	return ret;
+}
+
+/* Caller holds the fs lock. */
+int inode_write(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in)
+{
+	return rr_err(ext2fs_write_inode_full(rfs->fs, ino, (struct ext2_inode *)in, sizeof(*in)));
+}
+
+/* Does the large inode's extra space hold the field ending at byte end? */
+static int fits(const struct ext2_inode_large *in, size_t end)
+{
+	return (size_t)EXT2_GOOD_OLD_INODE_SIZE + in->i_extra_isize >= end;
+}
+
+#define FIELD_END(f) (offsetof(struct ext2_inode_large, f) + sizeof(((struct ext2_inode_large *)0)->f))
+
+/*
+ * ext4's timestamps: 32 signed bits of seconds in the base field; in the
+ * extra field, two epoch bits that extend the seconds to 34 bits and 30 bits
+ * of nanoseconds.
+ */
+static void ts_encode(const struct timespec *ts, __u32 *base, __u32 *extra)
+{
+	int64_t s = ts->tv_sec;
+
+	*base = (__u32)(int32_t)s;
+	if (extra)
+		*extra = (__u32)(((s - (int32_t)s) >> 32) & 3) | ((__u32)ts->tv_nsec << 2);
+}
+
+static void ts_decode(__u32 base, const __u32 *extra, struct timespec *ts)
+{
+	ts->tv_sec = (int32_t)base;
+	ts->tv_nsec = 0;
+	if (extra) {
+		ts->tv_sec += (int64_t)(*extra & 3) << 32;
+		ts->tv_nsec = *extra >> 2;
+	}
+}
+
+void inode_set_time(struct ext2_inode_large *in, int which, const struct timespec *ts)
+{
+	if (which & RR_ATIME)
+		ts_encode(ts, &in->i_atime, fits(in, FIELD_END(i_atime_extra)) ? &in->i_atime_extra : NULL);
+	if (which & RR_MTIME)
+		ts_encode(ts, &in->i_mtime, fits(in, FIELD_END(i_mtime_extra)) ? &in->i_mtime_extra : NULL);
+	if (which & RR_CTIME)
+		ts_encode(ts, &in->i_ctime, fits(in, FIELD_END(i_ctime_extra)) ? &in->i_ctime_extra : NULL);
+	if ((which & RR_CRTIME) && fits(in, FIELD_END(i_crtime)))
+		ts_encode(ts, &in->i_crtime,
+			  fits(in, FIELD_END(i_crtime_extra)) ? &in->i_crtime_extra : NULL);
+}
+
+void inode_get_time(const struct ext2_inode_large *in, int which, struct timespec *ts)
+{
+	switch (which) {
+	case RR_ATIME:
+		ts_decode(in->i_atime, fits(in, FIELD_END(i_atime_extra)) ? &in->i_atime_extra : NULL, ts);
+		break;
+	case RR_MTIME:
+		ts_decode(in->i_mtime, fits(in, FIELD_END(i_mtime_extra)) ? &in->i_mtime_extra : NULL, ts);
+		break;
+	case RR_CTIME:
+		ts_decode(in->i_ctime, fits(in, FIELD_END(i_ctime_extra)) ? &in->i_ctime_extra : NULL, ts);
+		break;
+	default:
+		if (fits(in, FIELD_END(i_crtime)))
+			ts_decode(in->i_crtime,
+				  fits(in, FIELD_END(i_crtime_extra)) ? &in->i_crtime_extra : NULL, ts);
+		else
+			ts->tv_sec = ts->tv_nsec = 0;
+	}
+}
+
+void inode_touch(struct ext2_inode_large *in, int which)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_REALTIME, &now);
+	inode_set_time(in, which, &now);
+}
+
+static dev_t inode_rdev(const struct ext2_inode_large *in)
+{
+	/* Old format in i_block[0], new (large minors) in i_block[1], as ext4. */
+	if (in->i_block[0]) {
+		__u32 d = in->i_block[0];
+
+		return makedev((d >> 8) & 255, d & 255);
+	} else {
+		__u32 d = in->i_block[1];
+
+		return makedev((d & 0xfff00) >> 8, (d & 0xff) | ((d >> 12) & 0xfff00));
+	}
+}
+
+static void inode_set_rdev(struct ext2_inode_large *in, dev_t dev)
+{
+	unsigned int ma = major(dev), mi = minor(dev);
+
+	if (ma < 256 && mi < 256) {
+		in->i_block[0] = (ma << 8) | mi;
+		in->i_block[1] = 0;
+	} else {
+		in->i_block[0] = 0;
+		in->i_block[1] = (mi & 0xff) | (ma << 8) | ((mi & ~0xffu) << 12);
+	}
+}
+
+void inode_stat(struct rr_fs *rfs, ext2_ino_t ino, const struct ext2_inode_large *in, struct stat *st)
+{
+	struct timespec ts;
+
+	memset(st, 0, sizeof(*st));
+	st->st_ino = ino;
+	st->st_mode = in->i_mode;
+	st->st_nlink = in->i_links_count;
+	if (LINUX_S_ISDIR(in->i_mode) && in->i_links_count == 1 &&
+	    ext2fs_has_feature_dir_nlink(rfs->fs->super))
+		st->st_nlink = 1;	/* over 65000 subdirectories: "unknown", as ext4 */
+	st->st_uid = inode_uid(*in);
+	st->st_gid = inode_gid(*in);
+	st->st_size = (off_t)EXT2_I_SIZE(in);
+	st->st_blksize = rfs->bsize;
+	st->st_blocks = (blkcnt_t)ext2fs_get_stat_i_blocks(rfs->fs, (struct ext2_inode *)in);
+	if (LINUX_S_ISCHR(in->i_mode) || LINUX_S_ISBLK(in->i_mode))
+		st->st_rdev = inode_rdev(in);
+	inode_get_time(in, RR_ATIME, &ts);
+	st->st_atim = ts;
+	inode_get_time(in, RR_MTIME, &ts);
+	st->st_mtim = ts;
+	inode_get_time(in, RR_CTIME, &ts);
+	st->st_ctim = ts;
+}
+
+/*
+ * Allocate and initialise a new inode (not yet linked anywhere).  Caller
+ * holds the fs lock.  Regular files and directories get an empty extent
+ * tree when the filesystem has extents.
+ */
+int inode_new(struct rr_fs *rfs, ext2_ino_t dir, mode_t mode, uid_t uid, gid_t gid, dev_t rdev,
+	      ext2_ino_t *ino_out, struct ext2_inode_large *in)
+{
+	ext2_filsys fs = rfs->fs;
+	ext2_ino_t ino;
+	errcode_t err;
+	int isdir = S_ISDIR(mode);
+
+	err = ext2fs_new_inode(fs, dir, (int)mode, NULL, &ino);
+	if (err)
+		return rr_err(err);
+	memset(in, 0, sizeof(*in));
+	in->i_mode = (__u16)mode;
+	in->i_uid = (__u16)uid;
+	ext2fs_set_i_uid_high(*in, uid >> 16);
+	in->i_gid = (__u16)gid;
+	ext2fs_set_i_gid_high(*in, gid >> 16);
+	in->i_links_count = 1;
+	if (EXT2_INODE_SIZE(fs->super) > EXT2_GOOD_OLD_INODE_SIZE) {
+		__u16 want = fs->super->s_want_extra_isize;
+
+		if (!want || want > EXT2_INODE_SIZE(fs->super) - EXT2_GOOD_OLD_INODE_SIZE)
+			want = sizeof(struct ext2_inode_large) - EXT2_GOOD_OLD_INODE_SIZE;
+		in->i_extra_isize = want;
+	}
+	inode_touch(in, RR_ATIME | RR_MTIME | RR_CTIME | RR_CRTIME);
+	{
+		__u32 g;
+
+		/* Any value will do for NFS; it also seeds the inode's checksum. */
+		if (getrandom(&g, sizeof(g), 0) != sizeof(g))
+			g = (__u32)random();
+		in->i_generation = g;
+	}
+	if (S_ISCHR(mode) || S_ISBLK(mode))
+		inode_set_rdev(in, rdev);
+	if ((S_ISREG(mode) || isdir) && ext2fs_has_feature_extents(fs->super)) {
+		ext2_extent_handle_t h;
+
+		/* An empty extent header in i_block, as the kernel makes. */
+		err = ext2fs_extent_open2(fs, ino, (struct ext2_inode *)in, &h);
+		if (err)
+			return rr_err(err);
+		ext2fs_extent_free(h);
+	}
+	err = ext2fs_write_new_inode(fs, ino, (struct ext2_inode *)in);
+	if (err)
+		return rr_err(err);
+	ext2fs_inode_alloc_stats2(fs, ino, +1, isdir);
+	*ino_out = ino;
+	return 0;
+}
+
+/*
+ * Free an inode that has no links left and no users: its blocks, its xattr
+ * block, and the inode itself.  Takes the fs lock.
+ */
+int inode_free_if_unlinked(struct rr_fs *rfs, ext2_ino_t ino)
+{
+	int ret;
+
+	rr_fs_lock(rfs);
+	ret = inode_free_locked(rfs, ino);
+	rr_fs_unlock(rfs);
+	return ret;
+}
+
+/* inode_free_if_unlinked() with the fs lock held by the caller. */
+int inode_free_locked(struct rr_fs *rfs, ext2_ino_t ino)
+{
+	ext2_filsys fs = rfs->fs;
+	struct ext2_inode_large in;
+	errcode_t err;
+	blk64_t xblk;
+	int ret = 0;
+
+	err = ext2fs_read_inode_full(fs, ino, (struct ext2_inode *)&in, sizeof(in));
+	/* Freed already (e.g. by a racing path), or still linked: nothing to do. */
+	if (err || in.i_links_count || !in.i_mode || in.i_dtime ||
+	    !ext2fs_test_inode_bitmap2(fs->inode_map, ino))
+		return rr_err(err);
+	if (ext2fs_inode_has_valid_blocks2(fs, (struct ext2_inode *)&in)) {
+		err = ext2fs_punch(fs, ino, (struct ext2_inode *)&in, NULL, 0, ~0ULL);
+		if (err) {
+			ret = rr_err(err);
+			rr_log(LOG_ERR, "inode %u: cannot free its blocks: %s", ino, error_message(err));
+		}
+	}
+	xblk = ext2fs_file_acl_block(fs, (struct ext2_inode *)&in);
+	if (xblk && !ret) {
+		__u32 count = 0;
+
+		err = ext2fs_adjust_ea_refcount3(fs, xblk, NULL, -1, &count, ino);
+		if (!err && count == 0)
+			ext2fs_block_alloc_stats2(fs, xblk, -1);
+		ext2fs_file_acl_block_set(fs, (struct ext2_inode *)&in, 0);
+	}
+	if (!ret) {
+		in.i_dtime = (__u32)time(NULL);
+		ext2fs_iblk_set(fs, (struct ext2_inode *)&in, 0);
+		ret = inode_write(rfs, ino, &in);
+		if (!ret)
+			ext2fs_inode_alloc_stats2(fs, ino, -1, LINUX_S_ISDIR(in.i_mode));
+	}
+	return ret;
+}

@@ -1,0 +1,275 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rr_io: the io_manager under libext2fs and the data path.
+ *
+ * libext2fs's unix_io keeps a small write-back block cache that is not safe
+ * against the data path writing the same device from other threads (a block
+ * freed as metadata and reused for data could be overwritten later by a stale
+ * cached copy).  This manager has no cache: every metadata read and write is
+ * a pread/pwrite on the one descriptor the data path also uses, so the page
+ * cache is the only cache and ordering is the order of the calls.
+ */
+#include "io.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct io_private {
+	int fd;
+};
+
+static int io_open_readonly;
+
+void io_set_readonly(int ro)
+{
+	io_open_readonly = ro;
+}
+
+int io_fd(io_channel ch)
+{
+	return ((struct io_private *)ch->private_data)->fd;
+}
+
+int io_pread_all(int fd, void *buf, size_t len, uint64_t off)
+{
+	char *p = buf;
+
+	while (len) {
+		ssize_t n = pread(fd, p, len, (off_t)off);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0) {
+			/* Past the end of the image: what was never written reads as zero. */
+			memset(p, 0, len);
+			return 0;
+		}
+		p += n;
+		off += (uint64_t)n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int io_pwritev_all(int fd, struct iovec *iov, int iovcnt, uint64_t off)
+{
+	while (iovcnt > 0) {
+		ssize_t n = pwritev(fd, iov, iovcnt, (off_t)off);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0)
+			return -EIO;
+		off += (uint64_t)n;
+		while (iovcnt > 0 && (size_t)n >= iov->iov_len) {
+			n -= (ssize_t)iov->iov_len;
+			iov++;
+			iovcnt--;
+		}
+		if (iovcnt > 0) {
+			iov->iov_base = (char *)iov->iov_base + n;
+			iov->iov_len -= (size_t)n;
+		}
+	}
+	return 0;
+}
+
+int io_pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
+{
+	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
+
+	return io_pwritev_all(fd, &iov, 1, off);
+}
+
+int io_flush(int fd)
+{
+	return fdatasync(fd) ? -errno : 0;
+}
+
+static errcode_t rr_io_open(const char *name, int flags, io_channel *channel)
+{
+	struct io_private *priv = NULL;
+	io_channel ch = NULL;
+	errcode_t err;
+	struct stat st;
+	int oflags, fd;
+
+	if (!name)
+		return EXT2_ET_BAD_DEVICE_NAME;
+	oflags = ((flags & IO_FLAG_RW) && !io_open_readonly) ? O_RDWR : O_RDONLY;
+	oflags |= O_CLOEXEC;
+	fd = open(name, oflags);
+	if (fd < 0)
+		return errno;
+	if (fstat(fd, &st) == 0 && S_ISBLK(st.st_mode) && (oflags & O_RDWR)) {
+		/* O_EXCL on a block device fails if the kernel has it mounted. */
+		int efd = open(name, oflags | O_EXCL);
+
+		if (efd < 0) {
+			err = errno;
+			close(fd);
+			return err;
+		}
+		close(fd);
+		fd = efd;
+	} else if (flock(fd, ((oflags & O_RDWR) ? LOCK_EX : LOCK_SH) | LOCK_NB)) {
+		/* Another rrfuse (or fuse2fs, e2fsck) holds the image. */
+		err = errno == EWOULDBLOCK ? EBUSY : errno;
+		close(fd);
+		return err;
+	}
+
+	err = ext2fs_get_memzero(sizeof(*ch), &ch);
+	if (!err)
+		err = ext2fs_get_memzero(sizeof(*priv), &priv);
+	if (!err)
+		err = ext2fs_get_mem(strlen(name) + 1, &ch->name);
+	if (err) {
+		close(fd);
+		ext2fs_free_mem(&priv);
+		ext2fs_free_mem(&ch);
+		return err;
+	}
+	strcpy(ch->name, name);
+	priv->fd = fd;
+	ch->magic = EXT2_ET_MAGIC_IO_CHANNEL;
+	ch->manager = rr_io_manager;
+	ch->block_size = 1024;
+	ch->refcount = 1;
+	ch->flags = CHANNEL_FLAGS_THREADS;
+	if (S_ISBLK(st.st_mode))
+		ch->flags |= CHANNEL_FLAGS_BLOCK_DEVICE;
+	ch->private_data = priv;
+	*channel = ch;
+	return 0;
+}
+
+static errcode_t rr_io_close(io_channel ch)
+{
+	struct io_private *priv = ch->private_data;
+
+	if (--ch->refcount > 0)
+		return 0;
+	close(priv->fd);
+	ext2fs_free_mem(&ch->private_data);
+	ext2fs_free_mem(&ch->name);
+	ext2fs_free_mem(&ch);
+	return 0;
+}
+
+static errcode_t rr_io_set_blksize(io_channel ch, int blksize)
+{
+	ch->block_size = blksize;
+	return 0;
+}
+
+static size_t io_bytes(io_channel ch, int count)
+{
+	/* A negative count is a byte count, by io_manager convention. */
+	return count < 0 ? (size_t)-count : (size_t)count * (size_t)ch->block_size;
+}
+
+static errcode_t rr_io_read_blk64(io_channel ch, unsigned long long block, int count, void *data)
+{
+	struct io_private *priv = ch->private_data;
+	size_t len = io_bytes(ch, count);
+	int ret = io_pread_all(priv->fd, data, len, block * (uint64_t)ch->block_size);
+
+	if (ret && ch->read_error)
+		return ch->read_error(ch, (unsigned long)block, count, data, len, 0, -ret);
+	return ret ? (errcode_t)-ret : 0;
+}
+
+static errcode_t rr_io_write_blk64(io_channel ch, unsigned long long block, int count,
+				   const void *data)
+{
+	struct io_private *priv = ch->private_data;
+	size_t len = io_bytes(ch, count);
+	int ret = io_pwrite_all(priv->fd, data, len, block * (uint64_t)ch->block_size);
+
+	if (ret && ch->write_error)
+		return ch->write_error(ch, (unsigned long)block, count, data, len, 0, -ret);
+	return ret ? (errcode_t)-ret : 0;
+}
+
+static errcode_t rr_io_read_blk(io_channel ch, unsigned long block, int count, void *data)
+{
+	return rr_io_read_blk64(ch, block, count, data);
+}
+
+static errcode_t rr_io_write_blk(io_channel ch, unsigned long block, int count, const void *data)
+{
+	return rr_io_write_blk64(ch, block, count, data);
+}
+
+static errcode_t rr_io_write_byte(io_channel ch, unsigned long offset, int size, const void *data)
+{
+	struct io_private *priv = ch->private_data;
+	int ret = io_pwrite_all(priv->fd, data, (size_t)size, offset);
+
+	return ret ? (errcode_t)-ret : 0;
+}
+
+static errcode_t rr_io_flush(io_channel ch)
+{
+	struct io_private *priv = ch->private_data;
+	int ret = io_flush(priv->fd);
+
+	return ret ? (errcode_t)-ret : 0;
+}
+
+static errcode_t rr_io_set_option(io_channel ch, const char *option, const char *arg)
+{
+	(void)ch;
+	(void)option;
+	(void)arg;
+	return EXT2_ET_INVALID_ARGUMENT;
+}
+
+static errcode_t rr_io_zeroout(io_channel ch, unsigned long long block, unsigned long long count)
+{
+	struct io_private *priv = ch->private_data;
+	static const char zero[65536];
+	uint64_t off = block * (uint64_t)ch->block_size;
+	uint64_t len = count * (uint64_t)ch->block_size;
+
+	while (len) {
+		size_t n = len > sizeof(zero) ? sizeof(zero) : (size_t)len;
+		int ret = io_pwrite_all(priv->fd, zero, n, off);
+
+		if (ret)
+			return (errcode_t)-ret;
+		off += n;
+		len -= n;
+	}
+	return 0;
+}
+
+static struct struct_io_manager rr_io_struct = {
+	.magic = EXT2_ET_MAGIC_IO_MANAGER,
+	.name = "rrfuse I/O manager",
+	.open = rr_io_open,
+	.close = rr_io_close,
+	.set_blksize = rr_io_set_blksize,
+	.read_blk = rr_io_read_blk,
+	.write_blk = rr_io_write_blk,
+	.flush = rr_io_flush,
+	.write_byte = rr_io_write_byte,
+	.set_option = rr_io_set_option,
+	.read_blk64 = rr_io_read_blk64,
+	.write_blk64 = rr_io_write_blk64,
+	.zeroout = rr_io_zeroout,
+};
+
+io_manager rr_io_manager = &rr_io_struct;

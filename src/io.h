@@ -1,0 +1,27 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The I/O layer: one io_manager that libext2fs uses for metadata and that the
+ * data path uses for file contents, so a journal can later sit here and see
+ * every metadata block without changes elsewhere.  Thread-safe: positional
+ * reads and writes only, no shared cache.
+ */
+#ifndef RRFUSE_IO_H
+#define RRFUSE_IO_H
+
+#include <stdint.h>
+#include <sys/uio.h>
+#include <ext2fs/ext2fs.h>
+
+extern io_manager rr_io_manager;
+
+/* Set before ext2fs_open2(): open flags the manager adds (O_RDONLY for ro). */
+void io_set_readonly(int ro);
+
+int io_fd(io_channel ch);
+/* Data path: whole-buffer positional I/O, retrying short transfers; 0 or -errno. */
+int io_pread_all(int fd, void *buf, size_t len, uint64_t off);
+int io_pwritev_all(int fd, struct iovec *iov, int iovcnt, uint64_t off);
+int io_pwrite_all(int fd, const void *buf, size_t len, uint64_t off);
+int io_flush(int fd);
+
+#endif

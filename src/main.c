@@ -1,0 +1,232 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rrfuse IMAGE|DEVICE MOUNTPOINT [-o opts]: parse options, check the image,
+ * mount, serve, and leave a clean image behind.  Nothing is written to the
+ * image until the mount has succeeded.
+ */
+#include "ops.h"
+#include "log.h"
+#include "rrfs.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifndef RRFUSE_VERSION
+#define RRFUSE_VERSION "0.1"
+#endif
+
+struct cmdline {
+	char *device;
+	char *commit;
+	int ro;
+	int norecovery;
+	int no_writeback;
+	int nonopts;
+	int help;
+	int version;
+};
+
+enum { KEY_RO, KEY_NORECOVERY, KEY_HELP, KEY_VERSION };
+
+#define OPT(t, p, v) { t, offsetof(struct cmdline, p), v }
+static const struct fuse_opt opt_spec[] = {
+	OPT("commit=%s", commit, 0),
+	OPT("no_writeback_cache", no_writeback, 1),
+	FUSE_OPT_KEY("ro", KEY_RO),
+	FUSE_OPT_KEY("norecovery", KEY_NORECOVERY),
+	FUSE_OPT_KEY("noload", KEY_NORECOVERY),
+	FUSE_OPT_KEY("-h", KEY_HELP),
+	FUSE_OPT_KEY("--help", KEY_HELP),
+	FUSE_OPT_KEY("-V", KEY_VERSION),
+	FUSE_OPT_KEY("--version", KEY_VERSION),
+	FUSE_OPT_END
+};
+
+static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outargs)
+{
+	struct cmdline *c = data;
+
+	(void)outargs;
+	switch (key) {
+	case FUSE_OPT_KEY_NONOPT:
+		if (c->nonopts++ == 0) {
+			c->device = strdup(arg);
+			return 0;
+		}
+		return 1;	/* the mount point: fuse_parse_cmdline takes it */
+	case KEY_RO:
+		c->ro = 1;
+		return 1;	/* also a mount option for the kernel */
+	case KEY_NORECOVERY:
+		c->norecovery = 1;
+		return 0;
+	case KEY_HELP:
+		c->help = 1;
+		return 0;
+	case KEY_VERSION:
+		c->version = 1;
+		return 0;
+	default:
+		return 1;
+	}
+}
+
+static void usage(const char *prog)
+{
+	printf("usage: %s IMAGE|DEVICE MOUNTPOINT [options]\n\n"
+	       "Mount an ext4 image or block device through FUSE.\n\n"
+	       "rrfuse options:\n"
+	       "    -o ro                  mount read-only (default: read-write)\n"
+	       "    -o commit=SECONDS      write dirty metadata at least this often (default 5; 0 = only at fsync/unmount)\n"
+	       "    -o no_writeback_cache  do not use the kernel's writeback cache (default: use it)\n"
+	       "    -o norecovery, noload  accepted for compatibility with ext4\n"
+	       "    -f                     stay in the foreground\n"
+	       "    -d                     debug: foreground, print every request\n"
+	       "    -s                     single-threaded\n"
+	       "    -h, --help             this help\n"
+	       "    -V, --version          print the version\n\n"
+	       "FUSE options:\n", prog);
+	fuse_cmdline_help();
+	fuse_lowlevel_help();
+}
+
+static int parse_uint(const char *s, unsigned int max, unsigned int *out)
+{
+	char *end;
+	unsigned long v;
+
+	if (!s || !*s || *s == '-')
+		return -1;
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || *end || v > max)
+		return -1;
+	*out = (unsigned int)v;
+	return 0;
+}
+
+int main(int argc, char *argv[])
+{
+	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+	struct fuse_cmdline_opts fo = { 0 };
+	struct cmdline c = { 0 };
+	struct rr_opts opts = { .commit_secs = 5, .writeback = 1 };
+	struct fuse_session *se = NULL;
+	struct rr_fs *rfs = NULL;
+	struct stat st;
+	char msg[512] = "";
+	int ret = 1, r;
+
+	if (fuse_opt_parse(&args, &c, opt_spec, opt_proc) == -1)
+		return 1;
+	/* libfuse 3.14 warns about its own default unless a value is given. */
+	fuse_opt_insert_arg(&args, 1, "-omax_threads=16");
+	if (c.help) {
+		usage(argv[0]);
+		ret = 0;
+		goto out;
+	}
+	if (c.version) {
+		printf("rrfuse %s (libfuse %s, e2fsprogs libext2fs)\n", RRFUSE_VERSION, fuse_pkgversion());
+		ret = 0;
+		goto out;
+	}
+	if (fuse_parse_cmdline(&args, &fo) != 0)
+		goto out;
+	if (!c.device || !fo.mountpoint) {
+		fprintf(stderr, "rrfuse: usage: rrfuse IMAGE|DEVICE MOUNTPOINT [-o options] (see --help)\n");
+		goto out;
+	}
+	if (c.commit && parse_uint(c.commit, 86400, &opts.commit_secs)) {
+		fprintf(stderr, "rrfuse: bad value for commit=: '%s' (seconds, 0..86400)\n", c.commit);
+		goto out;
+	}
+	if (stat(fo.mountpoint, &st) || !S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "rrfuse: mount point %s: %s\n", fo.mountpoint,
+			errno && !S_ISDIR(st.st_mode) ? strerror(errno) : "not a directory");
+		goto out;
+	}
+	opts.ro = c.ro;
+	opts.norecovery = c.norecovery;
+	opts.writeback = !c.no_writeback;
+	opts.debug = fo.debug;
+
+	rfs = calloc(1, sizeof(*rfs));
+	if (!rfs)
+		goto out;
+	r = rr_fs_open(rfs, c.device, &opts, msg, sizeof(msg));
+	if (r) {
+		fprintf(stderr, "rrfuse: %s\n", msg);
+		free(rfs);
+		rfs = NULL;
+		goto out;
+	}
+	if (rfs->ro && !c.ro)
+		fuse_opt_add_arg(&args, "-oro");
+	if (!rr_iget(rfs, EXT2_ROOT_INO)) {
+		fprintf(stderr, "rrfuse: cannot read the root directory\n");
+		goto out_fs;
+	}
+	/* The kernel checks permissions, as for any local filesystem. */
+	fuse_opt_add_arg(&args, "-odefault_permissions");
+	{
+		char fsname[PATH_MAX + 16];
+
+		snprintf(fsname, sizeof(fsname), "-ofsname=%s,subtype=rrfuse", c.device);
+		fuse_opt_add_arg(&args, fsname);
+	}
+	se = fuse_session_new(&args, &rr_ops, sizeof(rr_ops), rfs);
+	if (!se)
+		goto out_fs;	/* libfuse printed which option it refused */
+	if (fuse_set_signal_handlers(se))
+		goto out_se;
+	if (fuse_session_mount(se, fo.mountpoint))
+		goto out_sig;
+	r = rr_fs_mark_mounted(rfs);
+	if (r) {
+		fprintf(stderr, "rrfuse: %s: cannot write the superblock: %s\n", c.device, strerror(-r));
+		goto out_unmount;
+	}
+	if (fuse_daemonize(fo.foreground))
+		goto out_unmount;
+	if (!fo.foreground)
+		rr_log_to_syslog(1);
+	rr_fs_start_commit_thread(rfs);
+	if (fo.singlethread) {
+		r = fuse_session_loop(se);
+	} else {
+		struct fuse_loop_config *cfg = fuse_loop_cfg_create();
+
+		fuse_loop_cfg_set_clone_fd(cfg, fo.clone_fd);
+		fuse_loop_cfg_set_idle_threads(cfg, fo.max_idle_threads ? fo.max_idle_threads : 10);
+		fuse_loop_cfg_set_max_threads(cfg, fo.max_threads && fo.max_threads <= 1024 ? fo.max_threads : 16);
+		r = fuse_session_loop_mt(se, cfg);
+		fuse_loop_cfg_destroy(cfg);
+	}
+	ret = r ? 1 : 0;
+out_unmount:
+	fuse_session_unmount(se);
+out_sig:
+	fuse_remove_signal_handlers(se);
+out_se:
+	fuse_session_destroy(se);
+out_fs:
+	r = rr_fs_close(rfs);
+	if (r) {
+		rr_log(LOG_ERR, "error writing the image at unmount: %s", strerror(-r));
+		ret = 1;
+	}
+	free(rfs);
+out:
+	free(c.device);
+	free(c.commit);
+	free(fo.mountpoint);
+	fuse_opt_free_args(&args);
+	return ret;
+}

@@ -1,0 +1,738 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The FUSE low-level operation table: decode the request, call the module
+ * that does the work, reply exactly once.  Replies happen only here.
+ *
+ * FUSE node ids are ext4 inode numbers, except that FUSE's root (1) is
+ * ext4's root (2); ext4's inode 1 (bad blocks) is never exposed.
+ */
+#include "ops.h"
+#include "dir.h"
+#include "log.h"
+#include "rrfs.h"
+#include "xattr.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+/* rrfuse is the only writer of the image: the kernel may cache for long. */
+#define RR_TIMEOUT 1.0
+
+static struct rr_fs *rr_fs_of(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static ext2_ino_t e2ino(fuse_ino_t ino)
+{
+	return ino == FUSE_ROOT_ID ? EXT2_ROOT_INO : (ext2_ino_t)ino;
+}
+
+static fuse_ino_t fuseino(ext2_ino_t ino)
+{
+	return ino == EXT2_ROOT_INO ? FUSE_ROOT_ID : ino;
+}
+
+/* The in-memory inode of a node the kernel holds a reference to. */
+static struct rr_inode *node(struct rr_fs *rfs, fuse_ino_t ino)
+{
+	struct rr_inode *ri = rr_ifind(rfs, e2ino(ino));
+
+	if (!ri)
+		rr_log(LOG_ERR, "request for inode %llu that the kernel never looked up",
+		       (unsigned long long)ino);
+	return ri;
+}
+
+static void cred_of(fuse_req_t req, struct rr_cred *cr)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+
+	cr->uid = ctx->uid;
+	cr->gid = ctx->gid;
+	cr->umask = 0;	/* the kernel applied it already (no FUSE_CAP_DONT_MASK) */
+}
+
+static int is_root(fuse_req_t req)
+{
+	struct rr_fs *rfs = rr_fs_of(req);
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct ext2_super_block *sb = rfs->fs->super;
+
+	return ctx->uid == 0 || ctx->uid == sb->s_def_resuid ||
+	       (sb->s_def_resgid && ctx->gid == sb->s_def_resgid);
+}
+
+static void fill_entry(struct rr_fs *rfs, ext2_ino_t ino, const struct ext2_inode_large *in,
+		       struct fuse_entry_param *e)
+{
+	memset(e, 0, sizeof(*e));
+	e->ino = fuseino(ino);
+	e->generation = in->i_generation;
+	inode_stat(rfs, ino, in, &e->attr);
+	e->attr_timeout = RR_TIMEOUT;
+	e->entry_timeout = RR_TIMEOUT;
+}
+
+static void reply_entry(fuse_req_t req, int ret, ext2_ino_t ino, struct rr_inode *ri,
+			const struct ext2_inode_large *in)
+{
+	struct fuse_entry_param e;
+
+	if (ret) {
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	fill_entry(rr_fs_of(req), ino, in, &e);
+	/* A lost reply means the kernel never got the reference: give it back. */
+	if (fuse_reply_entry(req, &e) == -ENOENT)
+		rr_iput(rr_fs_of(req), ri, 1, 0);
+}
+
+static void rr_init(void *userdata, struct fuse_conn_info *conn)
+{
+	struct rr_fs *rfs = userdata;
+
+	if (rfs->opts.writeback && !rfs->ro && (conn->capable & FUSE_CAP_WRITEBACK_CACHE))
+		conn->want |= FUSE_CAP_WRITEBACK_CACHE;
+	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
+		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+	conn->want &= ~(unsigned)FUSE_CAP_ATOMIC_O_TRUNC;
+	conn->max_write = 1 << 20;
+	conn->max_readahead = 1 << 20;
+	conn->max_background = 64;
+	conn->congestion_threshold = 48;
+	conn->time_gran = 1;
+}
+
+static void rr_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct rr_fs *rfs = rr_fs_of(req);
+	struct ext2_inode_large in;
+	struct rr_inode *ri = NULL;
+	ext2_ino_t ino;
+	int ret = dir_lookup(rfs, e2ino(parent), name, &ino, &ri, &in);
+
+	if (ret == -ENOENT) {
+		/* A negative entry the kernel may cache: we are the only writer. */
+		struct fuse_entry_param e = { .ino = 0, .entry_timeout = RR_TIMEOUT };
+
+		fuse_reply_entry(req, &e);
+		return;
+	}
+	reply_entry(req, ret, ino, ri, &in);
+}
+
+static void rr_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	struct rr_fs *rfs = rr_fs_of(req);
+	struct rr_inode *ri = node(rfs, ino);
+
+	if (ri)
+		rr_iput(rfs, ri, nlookup, 0);
+	fuse_reply_none(req);
+}
+
+static void rr_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
+{
+	struct rr_fs *rfs = rr_fs_of(req);
+	size_t i;
+
+	for (i = 0; i < count; i++) {
+		struct rr_inode *ri = node(rfs, forgets[i].ino);
+
+		if (ri)
+			rr_iput(rfs, ri, forgets[i].nlookup, 0);
+	}
+	fuse_reply_none(req);
+}
+
+static void reply_attr(fuse_req_t req, ext2_ino_t ino, const struct ext2_inode_large *in)
+{
+	struct stat st;
+
+	inode_stat(rr_fs_of(req), ino, in, &st);
+	fuse_reply_attr(req, &st, RR_TIMEOUT);
+}
+
+static void rr_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct ext2_inode_large in;
+	int ret = inode_read(rr_fs_of(req), e2ino(ino), &in);
+
+	(void)fi;
+	if (ret)
+		fuse_reply_err(req, -ret);
+	else
+		reply_attr(req, e2ino(ino), &in);
+}
+
+static void rr_setattr(fuse_req_t req, fuse_ino_t fino, struct stat *attr, int to_set,
+		       struct fuse_file_info *fi)
+{
+	struct rr_fs *rfs = rr_fs_of(req);
+	ext2_ino_t ino = e2ino(fino);
+	struct ext2_inode_large in;
+	struct timespec now;
+	int ret = 0;
+
+	(void)fi;
+	if (rfs->ro) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
+	if (to_set & FUSE_SET_ATTR_SIZE) {
+		struct rr_inode *ri = node(rfs, fino);
+
+		if (!ri)
+			ret = -EIO;
+		else
+			ret = data_truncate(rfs, ri, (uint64_t)attr->st_size);
+		if (ret) {
+			fuse_reply_err(req, -ret);
+			return;
+		}
+	}
+	clock_gettime(CLOCK_REALTIME, &now);
+	rr_fs_lock(rfs);
+	ret = inode_load(rfs, ino, &in);
+	if (!ret) {
+		if (to_set & FUSE_SET_ATTR_MODE)
+			in.i_mode = (__u16)((in.i_mode & S_IFMT) | (attr->st_mode & ~S_IFMT));
+		if (to_set & FUSE_SET_ATTR_UID) {
+			in.i_uid = (__u16)attr->st_uid;
+			ext2fs_set_i_uid_high(in, attr->st_uid >> 16);
+		}
+		if (to_set & FUSE_SET_ATTR_GID) {
+			in.i_gid = (__u16)attr->st_gid;
+			ext2fs_set_i_gid_high(in, attr->st_gid >> 16);
+		}
+		if (to_set & FUSE_SET_ATTR_ATIME_NOW)
+			inode_set_time(&in, RR_ATIME, &now);
+		else if (to_set & FUSE_SET_ATTR_ATIME)
+			inode_set_time(&in, RR_ATIME, &attr->st_atim);
+		if (to_set & FUSE_SET_ATTR_MTIME_NOW)
+			inode_set_time(&in, RR_MTIME, &now);
+		else if (to_set & FUSE_SET_ATTR_MTIME)
+			inode_set_time(&in, RR_MTIME, &attr->st_mtim);
+		if (to_set & FUSE_SET_ATTR_CTIME)
+			inode_set_time(&in, RR_CTIME, &attr->st_ctim);
+		else
+			inode_set_time(&in, RR_CTIME, &now);
+		ret = inode_write(rfs, ino, &in);
+	}
+	rr_fs_unlock(rfs);
+	if (ret)
+		fuse_reply_err(req, -ret);
+	else
+		reply_attr(req, ino, &in);
+}
+
+static void rr_readlink(fuse_req_t req, fuse_ino_t fino)
+{
+	struct rr_fs *rfs = rr_fs_of(req);
+	struct ext2_inode_large in;
+	char *buf = NULL;
+	int ret = inode_read(rfs, e2ino(fino), &in);
+
+	if (!ret && !LINUX_S_ISLNK(in.i_mode))
+		ret = -EINVAL;
+	if (!ret && (in.i_size >= rfs->bsize || in.i_size_high))
+		ret = -EIO;	/* longer than a symlink can be: corruption */
+	if (!ret) {
+		buf = calloc(1, in.i_size + 1);
+		if (!buf)
+			ret = -ENOMEM;
+	}
+	if (!ret && ext2fs_is_fast_symlink((struct ext2_inode *)&in)) {
+		memcpy(buf, in.i_block, in.i_size < sizeof(in.i_block) ? in.i_size : sizeof(in.i_block));
+	} else if (!ret) {
+		struct rr_inode *ri = node(rfs, fino);
+		ssize_t n = ri ? data_read(rfs, ri, buf, in.i_size, 0) : -EIO;
+
+		if (n < 0)
+			ret = (int)n;
+	}
+	if (ret)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_readlink(req, buf);
+	free(buf);
+}
+
+static int check_rw(fuse_req_t req)
+{
+	if (rr_fs_of(req)->ro) {
+		fuse_reply_err(req, EROFS);
+		return 0;
+	}
+	return 1;
+}
+
+static void rr_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+	struct ext2_inode_large in;
+	struct rr_inode *ri = NULL;
+	struct rr_cred cr;
+	ext2_ino_t ino;
+
+	if (!check_rw(req))
+		return;
+	int ret;
+
+	cred_of(req, &cr);
+	ret = dir_create(rr_fs_of(req), e2ino(parent), name, mode, rdev, &cr, &ino, &ri, &in);
+	reply_entry(req, ret, ino, ri, &in);
+}
+
+static void rr_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	rr_mknod(req, parent, name, S_IFDIR | (mode & ~S_IFMT), 0);
+}
+
+static void rr_symlink(fuse_req_t req, const char *target, fuse_ino_t parent, const char *name)
+{
+	struct ext2_inode_large in;
+	struct rr_inode *ri = NULL;
+	struct rr_cred cr;
+	ext2_ino_t ino;
+
+	if (!check_rw(req))
+		return;
+	int ret;
+
+	cred_of(req, &cr);
+	ret = dir_symlink(rr_fs_of(req), e2ino(parent), name, target, &cr, &ino, &ri, &in);
+	reply_entry(req, ret, ino, ri, &in);
+}
+
+static void rr_link(fuse_req_t req, fuse_ino_t fino, fuse_ino_t newparent, const char *newname)
+{
+	struct ext2_inode_large in;
+	struct rr_inode *ri = NULL;
+
+	int ret;
+
+	if (!check_rw(req))
+		return;
+	ret = dir_link(rr_fs_of(req), e2ino(fino), e2ino(newparent), newname, &ri, &in);
+	reply_entry(req, ret, e2ino(fino), ri, &in);
+}
+
+static void rr_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	if (check_rw(req))
+		fuse_reply_err(req, -dir_unlink(rr_fs_of(req), e2ino(parent), name, 0));
+}
+
+static void rr_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	if (check_rw(req))
+		fuse_reply_err(req, -dir_unlink(rr_fs_of(req), e2ino(parent), name, 1));
+}
+
+static void rr_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+		      const char *newname, unsigned int flags)
+{
+	if (check_rw(req))
+		fuse_reply_err(req, -dir_rename(rr_fs_of(req), e2ino(parent), name, e2ino(newparent),
+						newname, flags));
+}
+
+static void open_reply(fuse_req_t req, struct rr_inode *ri, struct fuse_file_info *fi)
+{
+	fi->keep_cache = 1;
+	rr_iopen(rr_fs_of(req), ri);
+	if (fuse_reply_open(req, fi) == -ENOENT)
+		rr_iput(rr_fs_of(req), ri, 0, 1);
+}
+
+static void rr_open(fuse_req_t req, fuse_ino_t fino, struct fuse_file_info *fi)
+{
+	struct rr_fs *rfs = rr_fs_of(req);
+	struct rr_inode *ri = node(rfs, fino);
+	int ret = 0;
+
+	if (!ri) {
+		fuse_reply_err(req, EIO);
+		return;
+	}
+	if ((fi->flags & O_ACCMODE) != O_RDONLY && rfs->ro) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
+	if ((fi->flags & O_TRUNC) && (fi->flags & O_ACCMODE) != O_RDONLY)
+		ret = data_truncate(rfs, ri, 0);
+	if (ret)
+		fuse_reply_err(req, -ret);
+	else
+		open_reply(req, ri, fi);
+}
+
+static void rr_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		      struct fuse_file_info *fi)
+{
+	struct rr_fs *rfs = rr_fs_of(req);
+	struct fuse_entry_param e;
+	struct ext2_inode_large in;
+	struct rr_inode *ri = NULL;
+	struct rr_cred cr;
+	ext2_ino_t ino;
+	int ret;
+
+	if (!check_rw(req))
+		return;
+	cred_of(req, &cr);
+	ret = dir_create(rfs, e2ino(parent), name, S_IFREG | (mode & ~S_IFMT), 0, &cr, &ino, &ri, &in);
+	if (ret) {
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	fill_entry(rfs, ino, &in, &e);
+	fi->keep_cache = 1;
+	rr_iopen(rfs, ri);
+	if (fuse_reply_create(req, &e, fi) == -ENOENT)
+		rr_iput(rfs, ri, 1, 1);
+}
+
+static void rr_read(fuse_req_t req, fuse_ino_t fino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	struct rr_fs *rfs = rr_fs_of(req);
+	struct rr_inode *ri = node(rfs, fino);
+	char *buf;
+	ssize_t n;
+
+	(void)fi;
+	if (!ri || off < 0) {
+		fuse_reply_err(req, ri ? EINVAL : EIO);
+		return;
+	}
+	buf = malloc(size ? size : 1);
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	n = data_read(rfs, ri, buf, size, (uint64_t)off);
+	if (n < 0)
+		fuse_reply_err(req, (int)-n);
+	else
+		fuse_reply_buf(req, buf, (size_t)n);
+	free(buf);
+}
+
+static void rr_write(fuse_req_t req, fuse_ino_t fino, const char *buf, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	struct rr_fs *rfs = rr_fs_of(req);
+	struct rr_inode *ri = node(rfs, fino);
+	ssize_t n;
+
+	(void)fi;
+	if (!ri || off < 0) {
+		fuse_reply_err(req, ri ? EINVAL : EIO);
+		return;
+	}
+	if (rfs->ro) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
+	n = data_write(rfs, ri, buf, size, (uint64_t)off, is_root(req));
+	if (n < 0)
+		fuse_reply_err(req, (int)-n);
+	else
+		fuse_reply_write(req, (size_t)n);
+}
+
+static void rr_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	(void)fi;
+	fuse_reply_err(req, 0);
+}
+
+static void rr_release(fuse_req_t req, fuse_ino_t fino, struct fuse_file_info *fi)
+{
+	struct rr_fs *rfs = rr_fs_of(req);
+	struct rr_inode *ri = node(rfs, fino);
+
+	(void)fi;
+	if (ri)
+		rr_iput(rfs, ri, 0, 1);
+	fuse_reply_err(req, 0);
+}
+
+static void rr_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	(void)ino;
+	(void)datasync;
+	(void)fi;
+	/* Inodes and maps are written through; bitmaps and counts are not. */
+	fuse_reply_err(req, -rr_fs_commit(rr_fs_of(req), 1));
+}
+
+struct rr_dirh {
+	struct rr_dirlist list;
+	int loaded;
+};
+
+static void rr_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct rr_dirh *dh = calloc(1, sizeof(*dh));
+
+	(void)ino;
+	if (!dh) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	fi->fh = (uintptr_t)dh;
+	if (fuse_reply_open(req, fi) == -ENOENT)
+		free(dh);
+}
+
+static void do_readdir(fuse_req_t req, fuse_ino_t fino, size_t size, off_t off,
+		       struct fuse_file_info *fi, int plus)
+{
+	struct rr_fs *rfs = rr_fs_of(req);
+	struct rr_dirh *dh = (struct rr_dirh *)(uintptr_t)fi->fh;
+	char *buf, *p;
+	size_t rem = size, i;
+	int ret;
+
+	/* Offset 0 is a fresh opendir or a rewinddir: take a new snapshot. */
+	if (off == 0 || !dh->loaded) {
+		dir_list_free(&dh->list);
+		ret = dir_list(rfs, e2ino(fino), &dh->list);
+		if (ret) {
+			fuse_reply_err(req, -ret);
+			return;
+		}
+		dh->loaded = 1;
+	}
+	buf = malloc(size);
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	p = buf;
+	for (i = (size_t)off; i < dh->list.n; i++) {
+		struct rr_dirent *d = &dh->list.v[i];
+		size_t n;
+
+		if (plus) {
+			struct fuse_entry_param e = { 0 };
+			int dots = !strcmp(d->name, ".") || !strcmp(d->name, "..");
+			struct ext2_inode_large in;
+			struct rr_inode *ri = NULL;
+
+			if (!dots) {
+				rr_fs_lock(rfs);
+				ret = inode_load(rfs, d->ino, &in);
+				if (!ret)
+					ri = rr_iget(rfs, d->ino);
+				rr_fs_unlock(rfs);
+				if (ret || !ri) {
+					/* Entry vanished or unreadable: plain entry, no reference. */
+					e.attr.st_ino = d->ino;
+					e.attr.st_mode = (mode_t)DTTOIF(d->type);
+				} else {
+					fill_entry(rfs, d->ino, &in, &e);
+				}
+			} else {
+				e.attr.st_ino = d->ino;
+				e.attr.st_mode = S_IFDIR;
+			}
+			n = fuse_add_direntry_plus(req, p, rem, d->name, &e, (off_t)(i + 1));
+			if (n > rem) {
+				if (ri)
+					rr_iput(rfs, ri, 1, 0);
+				break;
+			}
+		} else {
+			struct stat st = { .st_ino = d->ino, .st_mode = (mode_t)DTTOIF(d->type) };
+
+			n = fuse_add_direntry(req, p, rem, d->name, &st, (off_t)(i + 1));
+			if (n > rem)
+				break;
+		}
+		p += n;
+		rem -= n;
+	}
+	fuse_reply_buf(req, buf, size - rem);
+	free(buf);
+}
+
+static void rr_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	do_readdir(req, ino, size, off, fi, 0);
+}
+
+static void rr_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+			   struct fuse_file_info *fi)
+{
+	do_readdir(req, ino, size, off, fi, 1);
+}
+
+static void rr_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct rr_dirh *dh = (struct rr_dirh *)(uintptr_t)fi->fh;
+
+	(void)ino;
+	dir_list_free(&dh->list);
+	free(dh);
+	fuse_reply_err(req, 0);
+}
+
+static void rr_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct rr_fs *rfs = rr_fs_of(req);
+	struct ext2_super_block *sb = rfs->fs->super;
+	struct statvfs st = { 0 };
+	uint64_t free_blocks, resv;
+
+	(void)ino;
+	rr_fs_lock(rfs);
+	free_blocks = ext2fs_free_blocks_count(sb);
+	resv = ext2fs_r_blocks_count(sb) + (rfs->alloc ? rr_alloc_meta_reserve(rfs->alloc) : 0);
+	st.f_bsize = rfs->bsize;
+	st.f_frsize = rfs->bsize;
+	st.f_blocks = ext2fs_blocks_count(sb) - rfs->overhead;
+	st.f_bfree = free_blocks;
+	st.f_bavail = free_blocks > resv ? free_blocks - resv : 0;
+	st.f_files = sb->s_inodes_count;
+	st.f_ffree = sb->s_free_inodes_count;
+	st.f_favail = sb->s_free_inodes_count;
+	st.f_namemax = EXT2_NAME_LEN;
+	st.f_fsid = *(unsigned long *)sb->s_uuid;
+	rr_fs_unlock(rfs);
+	fuse_reply_statfs(req, &st);
+}
+
+static void rr_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
+			size_t size, int flags)
+{
+	if (check_rw(req))
+		fuse_reply_err(req, -xattr_set(rr_fs_of(req), e2ino(ino), name, value, size, flags));
+}
+
+/* size 0 asks for the length; too small a buffer is ERANGE. */
+static void reply_xattr_buf(fuse_req_t req, const void *val, size_t len, size_t size)
+{
+	if (!size)
+		fuse_reply_xattr(req, len);
+	else if (len > size)
+		fuse_reply_err(req, ERANGE);
+	else
+		fuse_reply_buf(req, val, len);
+}
+
+static void rr_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+	void *val = NULL;
+	size_t len = 0;
+	int ret = xattr_get(rr_fs_of(req), e2ino(ino), name, &val, &len);
+
+	if (ret)
+		fuse_reply_err(req, -ret);
+	else
+		reply_xattr_buf(req, val, len, size);
+	free(val);
+}
+
+static void rr_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	char *names = NULL;
+	size_t len = 0;
+	int ret = xattr_list(rr_fs_of(req), e2ino(ino), &names, &len);
+
+	if (ret)
+		fuse_reply_err(req, -ret);
+	else
+		reply_xattr_buf(req, names, len, size);
+	free(names);
+}
+
+static void rr_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	if (check_rw(req))
+		fuse_reply_err(req, -xattr_remove(rr_fs_of(req), e2ino(ino), name));
+}
+
+static void rr_fallocate(fuse_req_t req, fuse_ino_t fino, int mode, off_t off, off_t len,
+			 struct fuse_file_info *fi)
+{
+	struct rr_fs *rfs = rr_fs_of(req);
+	struct rr_inode *ri = node(rfs, fino);
+
+	(void)fi;
+	if (!check_rw(req))
+		return;
+	if (!ri || off < 0 || len <= 0) {
+		fuse_reply_err(req, ri ? EINVAL : EIO);
+		return;
+	}
+	fuse_reply_err(req, -data_fallocate(rfs, ri, mode, (uint64_t)off, (uint64_t)len, is_root(req)));
+}
+
+static void rr_lseek(fuse_req_t req, fuse_ino_t fino, off_t off, int whence, struct fuse_file_info *fi)
+{
+	struct rr_fs *rfs = rr_fs_of(req);
+	struct rr_inode *ri = node(rfs, fino);
+	int64_t r;
+
+	(void)fi;
+	if (!ri || off < 0) {
+		fuse_reply_err(req, ri ? ENXIO : EIO);
+		return;
+	}
+	if (whence != SEEK_DATA && whence != SEEK_HOLE) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	r = data_seek(rfs, ri, (uint64_t)off, whence);
+	if (r < 0)
+		fuse_reply_err(req, (int)-r);
+	else
+		fuse_reply_lseek(req, (off_t)r);
+}
+
+const struct fuse_lowlevel_ops rr_ops = {
+	.init = rr_init,
+	.lookup = rr_lookup,
+	.forget = rr_forget,
+	.forget_multi = rr_forget_multi,
+	.getattr = rr_getattr,
+	.setattr = rr_setattr,
+	.readlink = rr_readlink,
+	.mknod = rr_mknod,
+	.mkdir = rr_mkdir,
+	.symlink = rr_symlink,
+	.link = rr_link,
+	.unlink = rr_unlink,
+	.rmdir = rr_rmdir,
+	.rename = rr_rename,
+	.open = rr_open,
+	.create = rr_create,
+	.read = rr_read,
+	.write = rr_write,
+	.flush = rr_flush,
+	.release = rr_release,
+	.fsync = rr_fsync,
+	.opendir = rr_opendir,
+	.readdir = rr_readdir,
+	.readdirplus = rr_readdirplus,
+	.releasedir = rr_releasedir,
+	.fsyncdir = rr_fsync,
+	.statfs = rr_statfs,
+	.setxattr = rr_setxattr,
+	.getxattr = rr_getxattr,
+	.listxattr = rr_listxattr,
+	.removexattr = rr_removexattr,
+	.fallocate = rr_fallocate,
+	.lseek = rr_lseek,
+};

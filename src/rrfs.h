@@ -1,0 +1,158 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * rrfuse's in-memory filesystem state, shared by the daemon's modules.
+ *
+ * Locks, in the order they are taken (never the reverse):
+ *
+ *   rr_inode.rw     per inode; shared for reads and overwrites of mapped
+ *                   blocks, exclusive while the block map or i_size changes.
+ *                   Two inodes' rw locks are never held at once.
+ *   rr_fs.lock      the fs lock: every libext2fs call and the state behind
+ *                   it (bitmaps, group descriptors, superblock, inode table
+ *                   blocks, directories, xattrs).  Held for short sections;
+ *                   file data never moves under it.
+ *   itab.lock       the in-memory inode table, lookup and open counts.  A
+ *                   leaf: nothing is taken while it is held.
+ */
+#ifndef RRFUSE_RRFS_H
+#define RRFUSE_RRFS_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <ext2fs/ext2fs.h>
+
+#include "rrfuse/alloc.h"
+
+#define RR_CACHELINE 64
+
+/* One extent of a file's block map, cached in memory. */
+struct rr_ext {
+	uint32_t lblk;
+	uint32_t len;
+	uint64_t pblk;		/* 0 in a lookup result means a hole */
+	uint32_t uninit;
+};
+
+struct rr_emap {
+	struct rr_ext *v;
+	uint32_t n, cap;
+};
+
+struct rr_inode {
+	ext2_ino_t ino;
+	struct rr_inode *hnext;		/* itab hash chain, under itab.lock */
+	uint64_t nlookup;		/* kernel references, under itab.lock */
+	uint32_t nopen;			/* open file handles, under itab.lock */
+	pthread_rwlock_t rw;
+	/* Below: read under rw shared, written under rw exclusive + fs lock. */
+	atomic_int emap_loaded;		/* emap valid; loading takes the fs lock */
+	struct rr_emap emap;
+	uint64_t size;			/* i_size */
+	int extents;			/* EXT4_EXTENTS_FL: otherwise block-mapped */
+};
+
+struct rr_itab {
+	pthread_mutex_t lock;
+	struct rr_inode **hash;
+	size_t nbuckets, count;
+};
+
+struct rr_opts {
+	unsigned int commit_secs;
+	int ro;
+	int norecovery;
+	int writeback;		/* kernel writeback cache */
+	int debug;
+};
+
+struct rr_fs {
+	/* Read-mostly after mount: geometry, options, handles. */
+	ext2_filsys fs;
+	int fd;			/* image or device, for the data path */
+	unsigned int bsize;
+	unsigned int bbits;
+	int ro;
+	struct rr_opts opts;
+	struct rr_alloc *alloc;
+	const char *device;
+	uint16_t orig_state;	/* s_state at mount, restored at a clean unmount */
+	int mounted;		/* the image says "in use": a clean unmount must say otherwise */
+	uint64_t overhead;	/* blocks of static metadata, left out of statfs f_blocks */
+
+	/* Written under the fs lock: its own cache lines. */
+	pthread_mutex_t lock __attribute__((aligned(RR_CACHELINE)));
+	int dirty;		/* metadata changed since the last commit */
+
+	/* Inode table: written on every lookup/forget. */
+	struct rr_itab itab __attribute__((aligned(RR_CACHELINE)));
+
+	/* Commit thread. */
+	pthread_t commit_thread __attribute__((aligned(RR_CACHELINE)));
+	pthread_mutex_t commit_lock;
+	pthread_cond_t commit_cond;
+	int commit_stop;
+	int commit_running;
+};
+
+/* fs.c */
+int rr_err(errcode_t err);
+int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts, char *msg, size_t msglen);
+int rr_fs_close(struct rr_fs *rfs);
+int rr_fs_mark_mounted(struct rr_fs *rfs);
+int rr_fs_commit(struct rr_fs *rfs, int sync);
+void rr_fs_start_commit_thread(struct rr_fs *rfs);
+void rr_fs_lock(struct rr_fs *rfs);
+void rr_fs_unlock(struct rr_fs *rfs);
+void rr_fs_dirty(struct rr_fs *rfs);
+
+/* inode.c */
+int rr_itab_init(struct rr_itab *t);
+void rr_itab_destroy(struct rr_fs *rfs);
+struct rr_inode *rr_iget(struct rr_fs *rfs, ext2_ino_t ino);
+void rr_iopen(struct rr_fs *rfs, struct rr_inode *ri);
+struct rr_inode *rr_ifind(struct rr_fs *rfs, ext2_ino_t ino);
+void rr_iput(struct rr_fs *rfs, struct rr_inode *ri, uint64_t nlookup, int close);
+int inode_read(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in);
+int inode_load(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in);
+int inode_write(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in);
+void inode_stat(struct rr_fs *rfs, ext2_ino_t ino, const struct ext2_inode_large *in, struct stat *st);
+void inode_set_time(struct ext2_inode_large *in, int which, const struct timespec *ts);
+void inode_get_time(const struct ext2_inode_large *in, int which, struct timespec *ts);
+void inode_touch(struct ext2_inode_large *in, int which);
+int inode_new(struct rr_fs *rfs, ext2_ino_t dir, mode_t mode, uid_t uid, gid_t gid, dev_t rdev,
+	      ext2_ino_t *ino_out, struct ext2_inode_large *in);
+int inode_free_if_unlinked(struct rr_fs *rfs, ext2_ino_t ino);
+int inode_free_locked(struct rr_fs *rfs, ext2_ino_t ino);
+#define RR_ATIME 1
+#define RR_MTIME 2
+#define RR_CTIME 4
+#define RR_CRTIME 8
+
+/* emap.c: the cached block map and the on-disk tree behind it */
+int emap_ensure(struct rr_fs *rfs, struct rr_inode *ri);
+void emap_drop(struct rr_inode *ri);
+void emap_lookup(const struct rr_emap *m, uint64_t lblk, struct rr_ext *out);
+int emap_map(struct rr_fs *rfs, struct rr_inode *ri, struct ext2_inode_large *in, uint64_t lblk,
+	     uint64_t pblk, uint32_t len);
+int emap_tree_map(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in, uint64_t lblk,
+		  uint64_t pblk, uint32_t len);
+int emap_mark_init(struct rr_fs *rfs, struct rr_inode *ri, struct ext2_inode_large *in,
+		   uint64_t lblk, uint32_t len);
+void emap_cache_set(struct rr_emap *m, uint32_t lblk, uint32_t len, uint64_t pblk, int uninit);
+uint64_t emap_goal(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk);
+
+/* data.c */
+ssize_t data_read(struct rr_fs *rfs, struct rr_inode *ri, char *buf, size_t size, uint64_t off);
+ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size_t size,
+		   uint64_t off, int root);
+int data_truncate(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size);
+int data_fallocate(struct rr_fs *rfs, struct rr_inode *ri, int mode, uint64_t off, uint64_t len,
+		   int root);
+int64_t data_seek(struct rr_fs *rfs, struct rr_inode *ri, uint64_t off, int whence);
+int data_write_new_file(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in,
+			const char *buf, size_t len);
+
+#endif
