@@ -1,0 +1,130 @@
+// SPDX-License-Identifier: GPL-2.0
+/* Unit tests: the cached block map (emap_cache_set, emap_lookup). */
+#include <check.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rrfs.h"
+
+static struct rr_emap m;
+
+static void setup(void)
+{
+	memset(&m, 0, sizeof(m));
+}
+
+static void teardown(void)
+{
+	free(m.v);
+}
+
+static void expect(uint64_t lblk, uint64_t pblk, uint32_t len, uint32_t uninit)
+{
+	struct rr_ext r;
+
+	emap_lookup(&m, lblk, &r);
+	ck_assert_uint_eq(r.pblk, pblk);
+	ck_assert_uint_eq(r.len, len);
+	ck_assert_uint_eq(r.uninit, uninit);
+}
+
+START_TEST(empty_is_hole)
+{
+	expect(0, 0, UINT32_MAX, 0);
+	expect(12345, 0, UINT32_MAX, 0);
+}
+END_TEST
+
+START_TEST(insert_and_merge)
+{
+	emap_cache_set(&m, 0, 10, 100, 0);
+	emap_cache_set(&m, 10, 5, 110, 0);	/* contiguous: merges */
+	ck_assert_uint_eq(m.n, 1);
+	expect(3, 103, 12, 0);
+	emap_cache_set(&m, 20, 5, 500, 0);
+	ck_assert_uint_eq(m.n, 2);
+	expect(15, 0, 5, 0);			/* hole up to the next extent */
+	expect(24, 504, 1, 0);
+	expect(25, 0, UINT32_MAX, 0);
+}
+END_TEST
+
+START_TEST(split_inside)
+{
+	emap_cache_set(&m, 0, 100, 1000, 1);	/* unwritten */
+	emap_cache_set(&m, 40, 10, 1040, 0);	/* written in the middle */
+	ck_assert_uint_eq(m.n, 3);
+	expect(0, 1000, 40, 1);
+	expect(40, 1040, 10, 0);
+	expect(50, 1050, 50, 1);
+	/* Writing the rest makes one written extent again. */
+	emap_cache_set(&m, 0, 40, 1000, 0);
+	emap_cache_set(&m, 50, 50, 1050, 0);
+	ck_assert_uint_eq(m.n, 1);
+	expect(0, 1000, 100, 0);
+}
+END_TEST
+
+START_TEST(overwrite_spanning)
+{
+	emap_cache_set(&m, 0, 10, 100, 0);
+	emap_cache_set(&m, 20, 10, 200, 0);
+	emap_cache_set(&m, 40, 10, 300, 0);
+	emap_cache_set(&m, 5, 40, 900, 0);	/* covers the middle one entirely */
+	ck_assert_uint_eq(m.n, 3);
+	expect(0, 100, 5, 0);
+	expect(5, 900, 40, 0);
+	expect(45, 305, 5, 0);
+}
+END_TEST
+
+START_TEST(many_random)
+{
+	/* Against a flat array model of 4096 blocks. */
+	static uint64_t model[4096];
+	unsigned int seed = 42, i;
+
+	memset(model, 0, sizeof(model));
+	for (i = 0; i < 2000; i++) {
+		uint32_t l = (uint32_t)(rand_r(&seed) % 4000), n = 1 + (uint32_t)(rand_r(&seed) % 96);
+		uint64_t p = 10000 + (uint64_t)(rand_r(&seed) % 100000);
+		uint32_t k;
+
+		if (l + n > 4096)
+			n = 4096 - l;
+		emap_cache_set(&m, l, n, p, 0);
+		for (k = 0; k < n; k++)
+			model[l + k] = p + k;
+	}
+	for (i = 0; i < 4096; i++) {
+		struct rr_ext r;
+
+		emap_lookup(&m, i, &r);
+		ck_assert_uint_eq(r.pblk, model[i]);
+	}
+	for (i = 1; i < m.n; i++)
+		ck_assert_uint_ge(m.v[i].lblk, m.v[i - 1].lblk + m.v[i - 1].len);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("emap");
+	TCase *tc = tcase_create("cache");
+	SRunner *sr;
+	int failed;
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, empty_is_hole);
+	tcase_add_test(tc, insert_and_merge);
+	tcase_add_test(tc, split_inside);
+	tcase_add_test(tc, overwrite_spanning);
+	tcase_add_test(tc, many_random);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

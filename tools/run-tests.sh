@@ -1,0 +1,77 @@
+#!/bin/bash
+# Install what is missing, build, and run every test: unit tests (Check),
+# the random-operation tester and the through-the-mount suite (pytest), once
+# on a plain build and once under AddressSanitizer + UBSan.
+#   tools/run-tests.sh [--quick] [pytest args...]
+set -uo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+. "$top/tools/deps.sh"
+rr_install_deps "$RR_TEST_DEPS" || exit 1
+cd "$top"
+
+quick=0
+if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
+pytest_args=("$@")
+
+pass=0
+fail=0
+failed=()
+step() {
+	local name=$1
+	shift
+	echo "=== $name"
+	if "$@"; then
+		pass=$((pass + 1))
+	else
+		fail=$((fail + 1))
+		failed+=("$name")
+		echo "=== FAILED: $name"
+	fi
+}
+
+build() {
+	local dir=$1
+	shift
+	{ [ -d "$dir" ] || meson setup "$dir" "$@" >/dev/null; } && meson compile -C "$dir" >/dev/null
+}
+
+rrfsx_run() {
+	local bin=$1 rr=$2 w img mnt ref pid rc
+	w=$(mktemp -d /var/tmp/rrfsx.XXXXXX)
+	img=$w/img mnt=$w/mnt ref=$w/ref
+	mkdir -p "$mnt" "$ref"
+	truncate -s 1G "$img" && mke2fs -q -t ext4 -b 4096 "$img"
+	"$rr" "$img" "$mnt" -f 2>"$w/log" &
+	pid=$!
+	for _ in $(seq 100); do mountpoint -q "$mnt" && break; sleep 0.1; done
+	"$bin" -s "${RRFSX_SEED:-1}" -n "${RRFSX_OPS:-20000}" -t 4 "$mnt" "$ref"
+	rc=$?
+	fusermount3 -u "$mnt"
+	wait "$pid" || rc=1
+	e2fsck -fn "$img" >"$w/fsck" 2>&1 || { cat "$w/fsck"; rc=1; }
+	[ $rc -eq 0 ] || cat "$w/log"
+	rm -rf "$w"
+	return $rc
+}
+
+suite() {
+	local dir=$1
+	shift
+	local before=$fail
+	step "build $dir" build "$dir" "$@"
+	[ $fail -eq $before ] || return
+	step "unit tests ($dir)" meson test -C "$dir" --print-errorlogs
+	step "rrfsx random operations ($dir)" rrfsx_run "$dir/tests/fsx/rrfsx" "$dir/rrfuse"
+	step "mount tests ($dir)" env RRFUSE="$top/$dir/rrfuse" /usr/bin/python3 -m pytest -q \
+		-p no:cacheprovider tests/mount "${pytest_args[@]}"
+}
+
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+suite build
+[ $quick -eq 1 ] || suite build-asan -Db_sanitize=address,undefined -Db_lundef=false
+
+echo
+for f in "${failed[@]:-}"; do [ -n "$f" ] && echo "FAILED: $f"; done
+echo "rrfuse tests: $pass passed, $fail failed"
+[ $fail -eq 0 ]
