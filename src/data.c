@@ -32,6 +32,16 @@ static uint64_t max_size(struct rr_fs *rfs)
 	return (1ULL << 32) << rfs->bbits;
 }
 
+/*
+ * Times that data operations set themselves.  With the kernel's writeback
+ * cache the kernel owns mtime and ctime of regular files and sends them with
+ * setattr; setting them here too would race with its values.
+ */
+static int data_times(struct rr_fs *rfs)
+{
+	return rfs->opts.writeback ? 0 : RR_MTIME | RR_CTIME;
+}
+
 static uint64_t blk_start(struct rr_fs *rfs, uint64_t lblk)
 {
 	return lblk << rfs->bbits;
@@ -236,6 +246,8 @@ ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size
 	ret = emap_ensure(rfs, ri);
 	if (!ret && end <= ri->size && all_written(rfs, ri, off, size)) {
 		ret = move_mapped(rfs, ri, (char *)buf, off, size, 1);
+		if (!ret && data_times(rfs))
+			ret = set_size(rfs, ri, ri->size, data_times(rfs));
 		pthread_rwlock_unlock(&ri->rw);
 		return ret ? ret : (ssize_t)size;
 	}
@@ -291,8 +303,8 @@ ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size
 	if (pos > off) {
 		int r2 = 0;
 
-		if (pos > ri->size)
-			r2 = set_size(rfs, ri, pos, RR_MTIME | RR_CTIME);
+		if (pos > ri->size || data_times(rfs))
+			r2 = set_size(rfs, ri, pos > ri->size ? pos : ri->size, data_times(rfs));
 		if (!r2)
 			ret = 0;
 		else
@@ -339,7 +351,7 @@ int data_truncate(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size)
 		ret = zero_old_tail(rfs, ri, size);
 	}
 	if (!ret)
-		ret = set_size(rfs, ri, size, RR_MTIME | RR_CTIME);
+		ret = set_size(rfs, ri, size, size != old ? data_times(rfs) : 0);
 	pthread_rwlock_unlock(&ri->rw);
 	return ret;
 }
@@ -444,8 +456,8 @@ int data_fallocate(struct rr_fs *rfs, struct rr_inode *ri, int mode, uint64_t of
 		if (!ret)
 			ret = zero_old_tail(rfs, ri, end);
 		if (!ret)
-			ret = set_size(rfs, ri, end, RR_MTIME | RR_CTIME);
-	} else {
+			ret = set_size(rfs, ri, end, data_times(rfs));
+	} else if (data_times(rfs)) {
 		ret = set_size(rfs, ri, ri->size,
 			       (mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE)) ?
 			       RR_MTIME | RR_CTIME : RR_CTIME);

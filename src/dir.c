@@ -8,6 +8,7 @@
  */
 #include "dir.h"
 #include "log.h"
+#include "xattr.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -251,6 +252,7 @@ int dir_create(struct rr_fs *rfs, ext2_ino_t dir, const char *name, mode_t mode,
 	       const struct rr_cred *cr, ext2_ino_t *ino, struct rr_inode **ri,
 	       struct ext2_inode_large *in)
 {
+	struct rr_acl_init ai;
 	ext2_ino_t existing;
 	gid_t gid;
 	int ret = check_name(name);
@@ -267,7 +269,11 @@ int dir_create(struct rr_fs *rfs, ext2_ino_t dir, const char *name, mode_t mode,
 		rr_fs_unlock(rfs);
 		return ret ? ret : -EEXIST;
 	}
-	mode = (mode & S_IFMT) | ((mode & ~S_IFMT) & ~cr->umask);
+	ret = xattr_acl_prepare(rfs, dir, &mode, cr->umask, &ai);
+	if (ret) {
+		rr_fs_unlock(rfs);
+		return ret;
+	}
 	new_owner(rfs, dir, &mode, cr, &gid);
 	if (S_ISDIR(mode)) {
 		struct ext2_inode_large pin;
@@ -277,6 +283,7 @@ int dir_create(struct rr_fs *rfs, ext2_ino_t dir, const char *name, mode_t mode,
 		if (!ret)
 			ret = dir_nlink_inc(rfs, &pin);
 		if (ret) {
+			xattr_acl_done(&ai);
 			rr_fs_unlock(rfs);
 			return ret;
 		}
@@ -284,6 +291,9 @@ int dir_create(struct rr_fs *rfs, ext2_ino_t dir, const char *name, mode_t mode,
 	ret = inode_new(rfs, dir, mode, cr->uid, gid, rdev, ino, in);
 	if (!ret && S_ISDIR(mode))
 		ret = make_dir_block(rfs, dir, *ino, in);
+	if (!ret)
+		ret = xattr_acl_apply(rfs, *ino, mode, &ai);
+	xattr_acl_done(&ai);
 	if (!ret)
 		ret = add_entry(rfs, dir, name, *ino, ftype_of(mode));
 	if (!ret)

@@ -55,7 +55,8 @@ static void cred_of(fuse_req_t req, struct rr_cred *cr)
 
 	cr->uid = ctx->uid;
 	cr->gid = ctx->gid;
-	cr->umask = 0;	/* the kernel applied it already (no FUSE_CAP_DONT_MASK) */
+	/* FUSE_CAP_DONT_MASK: a parent's default ACL decides whether the umask applies. */
+	cr->umask = ctx->umask;
 }
 
 static int is_root(fuse_req_t req)
@@ -68,6 +69,16 @@ static int is_root(fuse_req_t req)
 	       (sb->s_def_resgid && ctx->gid == sb->s_def_resgid);
 }
 
+/*
+ * Regular files' attributes are not cached: block counts change at
+ * writeback, behind the kernel's back.  The kernel keeps its own size and
+ * times of files it caches (writeback cache), so this costs no coherence.
+ */
+static double attr_timeout(const struct ext2_inode_large *in)
+{
+	return LINUX_S_ISREG(in->i_mode) ? 0.0 : RR_TIMEOUT;
+}
+
 static void fill_entry(struct rr_fs *rfs, ext2_ino_t ino, const struct ext2_inode_large *in,
 		       struct fuse_entry_param *e)
 {
@@ -75,7 +86,7 @@ static void fill_entry(struct rr_fs *rfs, ext2_ino_t ino, const struct ext2_inod
 	e->ino = fuseino(ino);
 	e->generation = in->i_generation;
 	inode_stat(rfs, ino, in, &e->attr);
-	e->attr_timeout = RR_TIMEOUT;
+	e->attr_timeout = attr_timeout(in);
 	e->entry_timeout = RR_TIMEOUT;
 }
 
@@ -102,6 +113,8 @@ static void rr_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_WRITEBACK_CACHE;
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+	if ((conn->capable & FUSE_CAP_POSIX_ACL) && (conn->capable & FUSE_CAP_DONT_MASK))
+		conn->want |= FUSE_CAP_POSIX_ACL | FUSE_CAP_DONT_MASK;
 	conn->want &= ~(unsigned)FUSE_CAP_ATOMIC_O_TRUNC;
 	conn->max_write = 1 << 20;
 	conn->max_readahead = 1 << 20;
@@ -157,7 +170,7 @@ static void reply_attr(fuse_req_t req, ext2_ino_t ino, const struct ext2_inode_l
 	struct stat st;
 
 	inode_stat(rr_fs_of(req), ino, in, &st);
-	fuse_reply_attr(req, &st, RR_TIMEOUT);
+	fuse_reply_attr(req, &st, attr_timeout(in));
 }
 
 static void rr_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -225,6 +238,10 @@ static void rr_setattr(fuse_req_t req, fuse_ino_t fino, struct stat *attr, int t
 		else
 			inode_set_time(&in, RR_CTIME, &now);
 		ret = inode_write(rfs, ino, &in);
+		if (!ret && (to_set & FUSE_SET_ATTR_MODE))
+			ret = xattr_acl_chmod(rfs, ino, in.i_mode);
+		if (!ret && (to_set & FUSE_SET_ATTR_MODE))
+			ret = inode_load(rfs, ino, &in);
 	}
 	rr_fs_unlock(rfs);
 	if (ret)
@@ -648,7 +665,7 @@ static void rr_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
 	char *names = NULL;
 	size_t len = 0;
-	int ret = xattr_list(rr_fs_of(req), e2ino(ino), &names, &len);
+	int ret = xattr_list(rr_fs_of(req), e2ino(ino), fuse_req_ctx(req)->uid == 0, &names, &len);
 
 	if (ret)
 		fuse_reply_err(req, -ret);

@@ -4,11 +4,25 @@
 
 #include "rrfs.h"
 
-/* Values are malloc'd; all return 0 or -errno and take the fs lock. */
+/* Values are malloc'd; all return 0 or -errno.  _locked: caller holds the fs lock. */
 int xattr_get(struct rr_fs *rfs, ext2_ino_t ino, const char *name, void **val, size_t *len);
-int xattr_list(struct rr_fs *rfs, ext2_ino_t ino, char **names, size_t *len);
+int xattr_get_locked(struct rr_fs *rfs, ext2_ino_t ino, const char *name, void **val, size_t *len);
+int xattr_list(struct rr_fs *rfs, ext2_ino_t ino, int privileged, char **names, size_t *len);
 int xattr_set(struct rr_fs *rfs, ext2_ino_t ino, const char *name, const void *val, size_t len,
 	      int flags);
+int xattr_set_locked(struct rr_fs *rfs, ext2_ino_t ino, const char *name, const void *val,
+		     size_t len, int flags);
 int xattr_remove(struct rr_fs *rfs, ext2_ino_t ino, const char *name);
+
+/* POSIX ACLs kept in step with modes and inherited by new inodes. */
+struct rr_acl_init {
+	void *dflt, *acc;
+	size_t dflt_len, acc_len;
+};
+int xattr_acl_chmod(struct rr_fs *rfs, ext2_ino_t ino, mode_t mode);
+int xattr_acl_prepare(struct rr_fs *rfs, ext2_ino_t dir, mode_t *mode, mode_t umask,
+		      struct rr_acl_init *ai);
+int xattr_acl_apply(struct rr_fs *rfs, ext2_ino_t ino, mode_t mode, struct rr_acl_init *ai);
+void xattr_acl_done(struct rr_acl_init *ai);
 
 #endif
