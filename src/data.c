@@ -346,7 +346,7 @@ int data_truncate(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size)
 
 		ret = zero_partial(rfs, ri, size, blk_start(rfs, keep));
 		if (!ret)
-			ret = punch_blocks(rfs, ri, keep, ~0ULL);
+			ret = punch_blocks(rfs, ri, keep, (1ULL << 32) - 1);
 	} else if (!ret && size > old) {
 		ret = zero_old_tail(rfs, ri, size);
 	}
@@ -394,6 +394,9 @@ static int alloc_unwritten(struct rr_fs *rfs, struct rr_inode *ri, uint64_t firs
 	if (!ret)
 		ret = rr_err(ext2fs_fallocate(rfs->fs, EXT2_FALLOCATE_FORCE_UNINIT, ri->ino,
 					      (struct ext2_inode *)&in, emap_goal(rfs, ri, first), first, n));
+	/* ext2fs_fallocate updates i_blocks in our copy but does not write it. */
+	if (!ret)
+		ret = inode_write(rfs, ri->ino, &in);
 	rr_fs_unlock(rfs);
 	emap_drop(ri);
 	return ret;

@@ -44,7 +44,7 @@ rrfsx_run() {
 	"$rr" "$img" "$mnt" -f 2>"$w/log" &
 	pid=$!
 	for _ in $(seq 100); do mountpoint -q "$mnt" && break; sleep 0.1; done
-	"$bin" -s "${RRFSX_SEED:-1}" -n "${RRFSX_OPS:-20000}" -t 4 "$mnt" "$ref"
+	"$bin" -k -s "${RRFSX_SEED:-1}" -n "${RRFSX_OPS:-20000}" -t 4 "$mnt" "$ref"
 	rc=$?
 	fusermount3 -u "$mnt"
 	wait "$pid" || rc=1
