@@ -8,6 +8,7 @@
  */
 #include "dir.h"
 #include "log.h"
+#include "htree.h"
 #include "xattr.h"
 
 #include <dirent.h>
@@ -58,16 +59,22 @@ static int find(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t 
 	return rr_err(err);
 }
 
-/* Add an entry, growing the directory by a block when it is full. */
+/* Add an entry, growing the directory when it is full. */
 static int add_entry(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t ino, int ftype)
 {
 	errcode_t err = ext2fs_link(rfs->fs, dir, name, ino, ftype);
+	int ret;
 
-	if (err == EXT2_ET_DIR_NO_SPACE) {
-		err = ext2fs_expand_dir(rfs->fs, dir);
-		if (!err)
-			err = ext2fs_link(rfs->fs, dir, name, ino, ftype);
-	}
+	if (err != EXT2_ET_DIR_NO_SPACE)
+		return rr_err(err);
+	/* Outgrowing the first block: index it, as ext4 does. */
+	ret = htree_index_dir(rfs, dir, name, ino, ftype);
+	if (ret != -ENOSPC)
+		return ret;
+	/* Not a candidate: a linear directory grows by a block. */
+	err = ext2fs_expand_dir(rfs->fs, dir);
+	if (!err)
+		err = ext2fs_link(rfs->fs, dir, name, ino, ftype);
 	return rr_err(err);
 }
 

@@ -184,6 +184,7 @@ int main(int argc, char *argv[])
 	se = fuse_session_new(&args, &rr_ops, sizeof(rr_ops), rfs);
 	if (!se)
 		goto out_fs;	/* libfuse printed which option it refused */
+	rfs->se = se;
 	if (fuse_set_signal_handlers(se))
 		goto out_se;
 	if (fuse_session_mount(se, fo.mountpoint))

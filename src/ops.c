@@ -69,16 +69,6 @@ static int is_root(fuse_req_t req)
 	       (sb->s_def_resgid && ctx->gid == sb->s_def_resgid);
 }
 
-/*
- * Regular files' attributes are not cached: block counts change at
- * writeback, behind the kernel's back.  The kernel keeps its own size and
- * times of files it caches (writeback cache), so this costs no coherence.
- */
-static double attr_timeout(const struct ext2_inode_large *in)
-{
-	return LINUX_S_ISREG(in->i_mode) ? 0.0 : RR_TIMEOUT;
-}
-
 static void fill_entry(struct rr_fs *rfs, ext2_ino_t ino, const struct ext2_inode_large *in,
 		       struct fuse_entry_param *e)
 {
@@ -86,7 +76,7 @@ static void fill_entry(struct rr_fs *rfs, ext2_ino_t ino, const struct ext2_inod
 	e->ino = fuseino(ino);
 	e->generation = in->i_generation;
 	inode_stat(rfs, ino, in, &e->attr);
-	e->attr_timeout = attr_timeout(in);
+	e->attr_timeout = RR_TIMEOUT;
 	e->entry_timeout = RR_TIMEOUT;
 }
 
@@ -170,7 +160,7 @@ static void reply_attr(fuse_req_t req, ext2_ino_t ino, const struct ext2_inode_l
 	struct stat st;
 
 	inode_stat(rr_fs_of(req), ino, in, &st);
-	fuse_reply_attr(req, &st, attr_timeout(in));
+	fuse_reply_attr(req, &st, RR_TIMEOUT);
 }
 
 static void rr_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -465,13 +455,6 @@ static void rr_write(fuse_req_t req, fuse_ino_t fino, const char *buf, size_t si
 		fuse_reply_write(req, (size_t)n);
 }
 
-static void rr_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
-{
-	(void)ino;
-	(void)fi;
-	fuse_reply_err(req, 0);
-}
-
 static void rr_release(fuse_req_t req, fuse_ino_t fino, struct fuse_file_info *fi)
 {
 	struct rr_fs *rfs = rr_fs_of(req);
@@ -485,11 +468,21 @@ static void rr_release(fuse_req_t req, fuse_ino_t fino, struct fuse_file_info *f
 
 static void rr_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
-	(void)ino;
+	struct fuse_session *se = rr_fs_of(req)->se;
+	int ret;
+
 	(void)datasync;
 	(void)fi;
 	/* Inodes and maps are written through; bitmaps and counts are not. */
-	fuse_reply_err(req, -rr_fs_commit(rr_fs_of(req), 1));
+	ret = rr_fs_commit(rr_fs_of(req), 1);
+	fuse_reply_err(req, -ret);
+	/*
+	 * Writeback allocated blocks behind the kernel's cached attributes:
+	 * have it ask again, so st_blocks is right after fsync as on ext4.
+	 * After the reply, and for attributes only, this cannot deadlock.
+	 */
+	if (!ret)
+		fuse_lowlevel_notify_inval_inode(se, ino, -1, 0);
 }
 
 struct rr_dirh {
@@ -737,7 +730,11 @@ const struct fuse_lowlevel_ops rr_ops = {
 	.create = rr_create,
 	.read = rr_read,
 	.write = rr_write,
-	.flush = rr_flush,
+	/*
+	 * No .flush: libfuse answers ENOSYS once and the kernel stops sending
+	 * FLUSH (it still writes dirty pages back at close, and then drops its
+	 * cached block count).  Nothing is left to do at close here.
+	 */
 	.release = rr_release,
 	.fsync = rr_fsync,
 	.opendir = rr_opendir,

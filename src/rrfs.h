@@ -78,6 +78,7 @@ struct rr_fs {
 	struct rr_opts opts;
 	struct rr_alloc *alloc;
 	const char *device;
+	void *se;		/* the FUSE session, for notifications */
 	uint16_t orig_state;	/* s_state at mount, restored at a clean unmount */
 	int mounted;		/* the image says "in use": a clean unmount must say otherwise */
 	uint64_t overhead;	/* blocks of static metadata, left out of statfs f_blocks */

@@ -1,0 +1,243 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Turning a full one-block directory into an htree, as ext4 does when a
+ * directory outgrows its first block (dir_index).  libext2fs keeps indexed
+ * directories indexed as they grow (ext2fs_link splits leaves and adds
+ * index levels) but never indexes a linear one.
+ *
+ * Layout made here: block 0 becomes the dx root ("." and "..", root info,
+ * two index entries), blocks 1 and 2 are leaves holding the old entries and
+ * the new one, split by hash.  Leaves are written before the root that
+ * points to them.  The new entry is placed here rather than by a following
+ * ext2fs_link(): libext2fs 1.47's dx_link failed the first insertion into a
+ * freshly indexed directory (and succeeded on a second call), for reasons
+ * not found yet.
+ */
+#include "htree.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct hent {
+	struct ext2_dir_entry *de;
+	ext2_dirhash_t hash, minor;
+};
+
+static int hent_cmp(const void *a, const void *b)
+{
+	const struct hent *x = a, *y = b;
+
+	if (x->hash != y->hash)
+		return x->hash < y->hash ? -1 : 1;
+	if (x->minor != y->minor)
+		return x->minor < y->minor ? -1 : 1;
+	return 0;
+}
+
+/* Space for entries in a leaf: all of it but the checksum tail. */
+static unsigned int leaf_space(ext2_filsys fs)
+{
+	return fs->blocksize - (ext2fs_has_feature_metadata_csum(fs->super) ?
+				sizeof(struct ext2_dir_entry_tail) : 0);
+}
+
+/* Pack entries v[0..n) into a fresh leaf block. */
+static int fill_leaf(ext2_filsys fs, char *buf, struct hent *v, size_t n)
+{
+	unsigned int off = 0, space = leaf_space(fs), i;
+
+	memset(buf, 0, fs->blocksize);
+	if (!n) {
+		struct ext2_dir_entry *de = (struct ext2_dir_entry *)buf;
+
+		if (ext2fs_set_rec_len(fs, space, de))
+			return -EIO;
+	}
+	for (i = 0; i < n; i++) {
+		struct ext2_dir_entry *de = (struct ext2_dir_entry *)(buf + off);
+		int nlen = ext2fs_dirent_name_len(v[i].de);
+		unsigned int rec = ext2fs_dir_rec_len((__u8)nlen, 0);
+
+		if (off + rec > space)
+			return -ENOSPC;
+		de->inode = v[i].de->inode;
+		ext2fs_dirent_set_name_len(de, nlen);
+		ext2fs_dirent_set_file_type(de, ext2fs_dirent_file_type(v[i].de));
+		memcpy(de->name, v[i].de->name, (size_t)nlen);
+		if (ext2fs_set_rec_len(fs, i + 1 == n ? space - off : rec, de))
+			return -EIO;
+		off += rec;
+	}
+	if (ext2fs_has_feature_metadata_csum(fs->super))
+		ext2fs_initialize_dirent_tail(fs, EXT2_DIRENT_TAIL(buf, fs->blocksize));
+	return 0;
+}
+
+int htree_index_dir(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t ino, int ftype)
+{
+	union {
+		struct ext2_dir_entry de;
+		char raw[sizeof(struct ext2_dir_entry) + EXT2_NAME_LEN];
+	} newde;
+	ext2_filsys fs = rfs->fs;
+	struct ext2_inode_large in;
+	struct ext2_dir_entry *de;
+	struct ext2_dx_root_info *info;
+	struct ext2_dx_countlimit *cl;
+	struct ext2_dx_entry *ent;
+	struct rr_alloc_req req = { .ino = dir, .len = 1, .flags = RR_ALLOC_METADATA };
+	struct rr_extent ex1 = { 0 }, ex2 = { 0 };
+	struct hent *v = NULL;
+	char *root = NULL, *leaf = NULL;
+	ext2_ino_t dotdot = 0;
+	blk64_t pblk0;
+	size_t n = 0, cap, mid;
+	unsigned int off, rec, csum = ext2fs_has_feature_metadata_csum(fs->super) ?
+				     sizeof(struct ext2_dx_tail) : 0;
+	__u32 split;
+	int hv, ret;
+
+	ret = inode_load(rfs, dir, &in);
+	if (ret)
+		return ret;
+	if (!ext2fs_has_feature_dir_index(fs->super) || (in.i_flags & (EXT2_INDEX_FL | EXT4_INLINE_DATA_FL)) ||
+	    EXT2_I_SIZE(&in) != fs->blocksize)
+		return -ENOSPC;	/* not ours to index: the caller grows it linearly */
+	ret = rr_err(ext2fs_bmap2(fs, dir, (struct ext2_inode *)&in, NULL, 0, 0, NULL, &pblk0));
+	if (!ret && !pblk0)
+		ret = -EIO;
+	root = malloc(fs->blocksize);
+	leaf = malloc(fs->blocksize);
+	cap = fs->blocksize / 12;
+	v = calloc(cap, sizeof(*v));
+	if (!ret && (!root || !leaf || !v))
+		ret = -ENOMEM;
+	if (!ret)
+		ret = rr_err(ext2fs_read_dir_block4(fs, pblk0, root, 0, dir));
+	if (ret)
+		goto out;
+
+	hv = fs->super->s_def_hash_version;
+	if (hv <= EXT2_HASH_TEA && (fs->super->s_flags & EXT2_FLAGS_UNSIGNED_HASH))
+		hv += 3;
+	for (off = 0; off < leaf_space(fs); off += rec) {
+		int nlen;
+
+		de = (struct ext2_dir_entry *)(root + off);
+		if (ext2fs_get_rec_len(fs, de, &rec) || rec < 8 || off + rec > fs->blocksize) {
+			ret = -EIO;
+			goto out;
+		}
+		nlen = ext2fs_dirent_name_len(de);
+		if (!de->inode)
+			continue;
+		if (off == 0 || (nlen == 2 && de->name[0] == '.' && de->name[1] == '.')) {
+			if (off)
+				dotdot = de->inode;
+			continue;
+		}
+		if (n == cap) {
+			ret = -EIO;
+			goto out;
+		}
+		v[n].de = de;
+		ret = rr_err(ext2fs_dirhash2(hv, de->name, nlen, NULL, 0, fs->super->s_hash_seed,
+					     &v[n].hash, &v[n].minor));
+		if (ret)
+			goto out;
+		n++;
+	}
+	if (!dotdot || n < 2 || n == cap) {
+		ret = -EIO;
+		goto out;
+	}
+	/* The entry that did not fit goes in with the others. */
+	memset(&newde, 0, sizeof(newde));
+	newde.de.inode = ino;
+	ext2fs_dirent_set_name_len(&newde.de, (int)strlen(name));
+	ext2fs_dirent_set_file_type(&newde.de, ftype);
+	memcpy(newde.de.name, name, strlen(name));
+	v[n].de = &newde.de;
+	ret = rr_err(ext2fs_dirhash2(hv, name, (int)strlen(name), NULL, 0, fs->super->s_hash_seed,
+				     &v[n].hash, &v[n].minor));
+	if (ret)
+		goto out;
+	n++;
+	qsort(v, n, sizeof(*v), hent_cmp);
+	/* Split where the hash changes, so each hash lives in one leaf. */
+	for (mid = n / 2; mid < n && v[mid].hash == v[mid - 1].hash; mid++)
+		;
+	if (mid == n)
+		for (mid = n / 2; mid > 1 && v[mid].hash == v[mid - 1].hash; mid--)
+			;
+	split = v[mid].hash & ~1u;
+	if (mid > 0 && v[mid].hash == v[mid - 1].hash)
+		split |= 1;	/* continued: a lookup must look at both leaves */
+
+	req.goal = pblk0 + 1;
+	ret = rr_alloc_blocks(rfs->alloc, &req, &ex1);
+	if (!ret)
+		ret = rr_alloc_blocks(rfs->alloc, &req, &ex2);
+	if (ret)
+		goto out;
+	ret = fill_leaf(fs, leaf, v, mid);
+	if (!ret)
+		ret = rr_err(ext2fs_write_dir_block4(fs, ex1.pblk, leaf, 0, dir));
+	if (!ret)
+		ret = fill_leaf(fs, leaf, v + mid, n - mid);
+	if (!ret)
+		ret = rr_err(ext2fs_write_dir_block4(fs, ex2.pblk, leaf, 0, dir));
+	if (!ret)
+		ret = emap_tree_map(rfs, dir, &in, 1, ex1.pblk, 1);
+	if (!ret)
+		ret = emap_tree_map(rfs, dir, &in, 2, ex2.pblk, 1);
+	if (ret)
+		goto out;
+
+	/* The root: ".", ".." covering the block, then the index. */
+	memset(root, 0, fs->blocksize);
+	de = (struct ext2_dir_entry *)root;
+	de->inode = dir;
+	ext2fs_dirent_set_name_len(de, 1);
+	ext2fs_dirent_set_file_type(de, EXT2_FT_DIR);
+	de->name[0] = '.';
+	ext2fs_set_rec_len(fs, 12, de);
+	de = (struct ext2_dir_entry *)(root + 12);
+	de->inode = dotdot;
+	ext2fs_dirent_set_name_len(de, 2);
+	ext2fs_dirent_set_file_type(de, EXT2_FT_DIR);
+	de->name[0] = de->name[1] = '.';
+	ext2fs_set_rec_len(fs, fs->blocksize - 12, de);
+	info = (struct ext2_dx_root_info *)(root + 24);
+	info->hash_version = (__u8)fs->super->s_def_hash_version;
+	info->info_length = sizeof(*info);
+	cl = (struct ext2_dx_countlimit *)(root + 24 + sizeof(*info));
+	cl->limit = ext2fs_cpu_to_le16((fs->blocksize - (24 + sizeof(*info)) - csum) /
+				       sizeof(struct ext2_dx_entry));
+	cl->count = ext2fs_cpu_to_le16(2);
+	ent = (struct ext2_dx_entry *)cl;
+	ent[0].block = ext2fs_cpu_to_le32(1);
+	ent[1].hash = ext2fs_cpu_to_le32(split);
+	ent[1].block = ext2fs_cpu_to_le32(2);
+	ret = rr_err(ext2fs_write_dir_block4(fs, pblk0, root, 0, dir));
+	if (ret)
+		goto out;
+	in.i_flags |= EXT2_INDEX_FL;
+	ret = rr_err(ext2fs_inode_size_set(fs, (struct ext2_inode *)&in, 3ULL * fs->blocksize));
+	if (!ret)
+		ret = inode_write(rfs, dir, &in);
+out:
+	if (ret && ex1.len && !(in.i_flags & EXT2_INDEX_FL)) {
+		/* Not linked into the directory yet (or unwound by the caller's fsck): give back. */
+		if (EXT2_I_SIZE(&in) == fs->blocksize && in.i_blocks == 0) {
+			rr_free_blocks(rfs->alloc, ex1.pblk, ex1.len);
+			if (ex2.len)
+				rr_free_blocks(rfs->alloc, ex2.pblk, ex2.len);
+		}
+	}
+	free(v);
+	free(root);
+	free(leaf);
+	return ret;
+}
