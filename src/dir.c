@@ -49,14 +49,36 @@ static int ftype_of(mode_t mode)
 	}
 }
 
-/* Look name up in dir; -ENOENT if absent.  Caller holds the fs lock. */
+/*
+ * Look name up in dir; -ENOENT if absent.  Caller holds the fs lock.
+ * Through the hash index where there is one (libext2fs only scans).
+ */
 static int find(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t *ino)
 {
-	errcode_t err = ext2fs_lookup(rfs->fs, dir, name, (int)strlen(name), NULL, ino);
+	blk64_t leaf;
+	errcode_t err;
+	int ret = htree_find(rfs, dir, name, ino, &leaf);
 
+	if (ret != -EAGAIN)
+		return ret;
+	err = ext2fs_lookup(rfs->fs, dir, name, (int)strlen(name), NULL, ino);
 	if (err == EXT2_ET_FILE_NOT_FOUND)
 		return -ENOENT;
 	return rr_err(err);
+}
+
+/* Remove name's entry from dir.  Caller holds the fs lock. */
+static int remove_entry(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t ino)
+{
+	ext2_ino_t found;
+	blk64_t leaf;
+	int ret = htree_find(rfs, dir, name, &found, &leaf);
+
+	if (!ret && found == ino)
+		return htree_remove_in_block(rfs, dir, leaf, name);
+	if (ret && ret != -EAGAIN && ret != -ENOENT)
+		return ret;
+	return rr_err(ext2fs_unlink(rfs->fs, dir, name, ino, 0));
 }
 
 /* Add an entry, growing the directory when it is full. */
@@ -479,7 +501,7 @@ int dir_unlink(struct rr_fs *rfs, ext2_ino_t dir, const char *name, int isdir)
 		if (ret)
 			goto out;
 	}
-	ret = rr_err(ext2fs_unlink(rfs->fs, dir, name, ino, 0));
+	ret = remove_entry(rfs, dir, name, ino);
 	if (!ret)
 		ret = dir_touch(rfs, dir, 0);
 	if (!ret)
@@ -588,7 +610,7 @@ int dir_rename(struct rr_fs *rfs, ext2_ino_t odir, const char *oname, ext2_ino_t
 	}
 	if (ret)
 		goto out;
-	ret = rr_err(ext2fs_unlink(rfs->fs, odir, oname, src, 0));
+	ret = remove_entry(rfs, odir, oname, src);
 	if (!ret && sdir && odir != ndir) {
 		ret = set_entry(rfs, src, "..", ndir, -1);
 		if (!ret)

@@ -241,3 +241,196 @@ out:
 	free(leaf);
 	return ret;
 }
+
+/* A directory block by logical number.  Caller holds the fs lock. */
+static int read_lblk(ext2_filsys fs, ext2_ino_t dir, struct ext2_inode_large *in, blk64_t lblk,
+		     char *buf, blk64_t *pblk, int verify)
+{
+	int ret = rr_err(ext2fs_bmap2(fs, dir, (struct ext2_inode *)in, NULL, 0, lblk, NULL, pblk));
+
+	if (ret)
+		return ret;
+	if (!*pblk)
+		return -EIO;
+	if (verify)
+		return rr_err(ext2fs_read_dir_block4(fs, *pblk, buf, 0, dir));
+	return rr_err(io_channel_read_blk64(fs->io, *pblk, 1, buf));
+}
+
+/* Scan one leaf for name; 1 found, 0 not, <0 error. */
+static int leaf_find(ext2_filsys fs, const char *buf, const char *name, size_t len, ext2_ino_t *ino)
+{
+	unsigned int off, rec;
+
+	for (off = 0; off + 8 <= fs->blocksize; off += rec) {
+		const struct ext2_dir_entry *de = (const struct ext2_dir_entry *)(buf + off);
+
+		if (ext2fs_get_rec_len(fs, (struct ext2_dir_entry *)de, &rec) || rec < 8 ||
+		    off + rec > fs->blocksize)
+			return -EIO;
+		if (de->inode && (size_t)ext2fs_dirent_name_len(de) == len && !memcmp(de->name, name, len)) {
+			*ino = de->inode;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/*
+ * Find name through the index: the leaf that holds it by hash, then the
+ * following leaves while the hash continues there.  *leaf gets the leaf's
+ * physical block.  -EAGAIN: the index cannot be used (not indexed, or it
+ * looks wrong); the caller scans linearly.
+ */
+int htree_find(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t *ino, blk64_t *leaf)
+{
+	ext2_filsys fs = rfs->fs;
+	struct ext2_inode_large in;
+	struct ext2_dx_root_info *info;
+	struct ext2_dx_countlimit *cl;
+	struct ext2_dx_entry *ent;
+	ext2_dirhash_t hash, minor;
+	size_t len = strlen(name);
+	unsigned int levels, level, count, limit, i, lo, hi, csum;
+	blk64_t pblk, nblocks, child = 0;
+	int hv, ret;
+	char *node, *lbuf;
+
+	ret = inode_load(rfs, dir, &in);
+	if (ret)
+		return ret;
+	if (!(in.i_flags & EXT2_INDEX_FL) || !ext2fs_has_feature_dir_index(fs->super))
+		return -EAGAIN;
+	nblocks = EXT2_I_SIZE(&in) / fs->blocksize;
+	csum = ext2fs_has_feature_metadata_csum(fs->super) ? sizeof(struct ext2_dx_tail) : 0;
+	node = malloc(fs->blocksize);
+	lbuf = malloc(fs->blocksize);
+	if (!node || !lbuf) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	ret = read_lblk(fs, dir, &in, 0, node, &pblk, 0);
+	if (ret)
+		goto out;
+	info = (struct ext2_dx_root_info *)(node + 24);
+	levels = info->indirect_levels + 1u;
+	if (info->reserved_zero || info->info_length != 8 || levels > 3 ||
+	    (levels > 2 && !ext2fs_has_feature_largedir(fs->super))) {
+		ret = -EAGAIN;
+		goto out;
+	}
+	hv = info->hash_version;
+	if (hv <= EXT2_HASH_TEA && (fs->super->s_flags & EXT2_FLAGS_UNSIGNED_HASH))
+		hv += 3;
+	ret = rr_err(ext2fs_dirhash2(hv, name, (int)len, NULL, 0, fs->super->s_hash_seed, &hash, &minor));
+	if (ret)
+		goto out;
+	cl = (struct ext2_dx_countlimit *)(node + 24 + info->info_length);
+	for (level = 0;; level++) {
+		count = ext2fs_le16_to_cpu(cl->count);
+		limit = ext2fs_le16_to_cpu(cl->limit);
+		if (!count || count > limit ||
+		    (size_t)((char *)cl - node) + limit * sizeof(*ent) + csum > fs->blocksize) {
+			ret = -EAGAIN;
+			goto out;
+		}
+		ent = (struct ext2_dx_entry *)cl;
+		/* The last entry whose hash is <= ours (entry 0 stands for hash 0). */
+		lo = 1;
+		hi = count;
+		while (lo < hi) {
+			unsigned int mid = lo + (hi - lo) / 2;
+
+			if (ext2fs_le32_to_cpu(ent[mid].hash) <= hash)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		i = lo - 1;
+		child = ext2fs_le32_to_cpu(ent[i].block) & EXT4_DX_BLOCK_MASK;
+		if (child == 0 || child >= nblocks) {
+			ret = -EAGAIN;
+			goto out;
+		}
+		if (level + 1 == levels)
+			break;
+		ret = read_lblk(fs, dir, &in, child, node, &pblk, 0);
+		if (ret)
+			goto out;
+		cl = (struct ext2_dx_countlimit *)(node + 8);
+	}
+	/* Leaf level: ent[i] in node is the leaf; the hash may continue in ent[i + 1]. */
+	for (;;) {
+		ret = read_lblk(fs, dir, &in, child, lbuf, &pblk, 1);
+		if (ret)
+			goto out;
+		ret = leaf_find(fs, lbuf, name, len, ino);
+		if (ret > 0) {
+			*leaf = pblk;
+			ret = 0;
+			goto out;
+		}
+		if (ret < 0)
+			goto out;
+		if (i + 1 >= count) {
+			/* Continuation into the next index block: left to the linear scan. */
+			ret = levels > 1 ? -EAGAIN : -ENOENT;
+			goto out;
+		}
+		if ((ext2fs_le32_to_cpu(ent[i + 1].hash) & ~1u) != (hash & ~1u) ||
+		    !(ext2fs_le32_to_cpu(ent[i + 1].hash) & 1)) {
+			ret = -ENOENT;
+			goto out;
+		}
+		i++;
+		child = ext2fs_le32_to_cpu(ent[i].block) & EXT4_DX_BLOCK_MASK;
+		if (child == 0 || child >= nblocks) {
+			ret = -EAGAIN;
+			goto out;
+		}
+	}
+out:
+	free(node);
+	free(lbuf);
+	return ret;
+}
+
+/*
+ * Remove name from the directory block at pblk (a leaf htree_find named),
+ * as ext2fs_unlink does: the entry's space joins the one before it.
+ */
+int htree_remove_in_block(struct rr_fs *rfs, ext2_ino_t dir, blk64_t pblk, const char *name)
+{
+	ext2_filsys fs = rfs->fs;
+	size_t len = strlen(name);
+	struct ext2_dir_entry *prev = NULL;
+	unsigned int off, rec, prec;
+	char *buf = malloc(fs->blocksize);
+	int ret;
+
+	if (!buf)
+		return -ENOMEM;
+	ret = rr_err(ext2fs_read_dir_block4(fs, pblk, buf, 0, dir));
+	for (off = 0; !ret && off + 8 <= fs->blocksize; off += rec) {
+		struct ext2_dir_entry *de = (struct ext2_dir_entry *)(buf + off);
+
+		if (ext2fs_get_rec_len(fs, de, &rec) || rec < 8 || off + rec > fs->blocksize) {
+			ret = -EIO;
+			break;
+		}
+		if (de->inode && (size_t)ext2fs_dirent_name_len(de) == len && !memcmp(de->name, name, len)) {
+			if (prev && !ext2fs_get_rec_len(fs, prev, &prec)) {
+				ret = rr_err(ext2fs_set_rec_len(fs, prec + rec, prev));
+			} else {
+				de->inode = 0;
+			}
+			if (!ret)
+				ret = rr_err(ext2fs_write_dir_block4(fs, pblk, buf, 0, dir));
+			free(buf);
+			return ret;
+		}
+		prev = de;
+	}
+	free(buf);
+	return ret ? ret : -ENOENT;
+}

@@ -11,4 +11,13 @@
  */
 int htree_index_dir(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t ino, int ftype);
 
+/*
+ * Find name through the index (caller holds the fs lock): 0 with *ino and
+ * the leaf's physical block, -ENOENT, or -EAGAIN when the index cannot be
+ * used and the caller must scan linearly.
+ */
+int htree_find(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t *ino, blk64_t *leaf);
+/* Remove name from the leaf block htree_find() returned. */
+int htree_remove_in_block(struct rr_fs *rfs, ext2_ino_t dir, blk64_t pblk, const char *name);
+
 #endif
