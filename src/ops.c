@@ -351,9 +351,22 @@ static void rr_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 						newname, flags));
 }
 
+/*
+ * A file handle remembers whether its opener may use the root-reserved
+ * blocks: writeback WRITE requests come from the kernel's flusher with no
+ * caller credentials of their own.
+ */
+#define RR_FH_PRIVILEGED 1
+
+static int fh_privileged(const struct fuse_file_info *fi)
+{
+	return !!(fi->fh & RR_FH_PRIVILEGED);
+}
+
 static void open_reply(fuse_req_t req, struct rr_inode *ri, struct fuse_file_info *fi)
 {
 	fi->keep_cache = 1;
+	fi->fh = is_root(req) ? RR_FH_PRIVILEGED : 0;
 	rr_iopen(rr_fs_of(req), ri);
 	if (fuse_reply_open(req, fi) == -ENOENT)
 		rr_iput(rr_fs_of(req), ri, 0, 1);
@@ -402,6 +415,7 @@ static void rr_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	}
 	fill_entry(rfs, ino, &in, &e);
 	fi->keep_cache = 1;
+	fi->fh = is_root(req) ? RR_FH_PRIVILEGED : 0;
 	rr_iopen(rfs, ri);
 	if (fuse_reply_create(req, &e, fi) == -ENOENT)
 		rr_iput(rfs, ri, 1, 1);
@@ -439,7 +453,6 @@ static void rr_write(fuse_req_t req, fuse_ino_t fino, const char *buf, size_t si
 	struct rr_inode *ri = node(rfs, fino);
 	ssize_t n;
 
-	(void)fi;
 	if (!ri || off < 0) {
 		fuse_reply_err(req, ri ? EINVAL : EIO);
 		return;
@@ -448,7 +461,7 @@ static void rr_write(fuse_req_t req, fuse_ino_t fino, const char *buf, size_t si
 		fuse_reply_err(req, EROFS);
 		return;
 	}
-	n = data_write(rfs, ri, buf, size, (uint64_t)off, is_root(req));
+	n = data_write(rfs, ri, buf, size, (uint64_t)off, fh_privileged(fi));
 	if (n < 0)
 		fuse_reply_err(req, (int)-n);
 	else
@@ -679,14 +692,13 @@ static void rr_fallocate(fuse_req_t req, fuse_ino_t fino, int mode, off_t off, o
 	struct rr_fs *rfs = rr_fs_of(req);
 	struct rr_inode *ri = node(rfs, fino);
 
-	(void)fi;
 	if (!check_rw(req))
 		return;
 	if (!ri || off < 0 || len <= 0) {
 		fuse_reply_err(req, ri ? EINVAL : EIO);
 		return;
 	}
-	fuse_reply_err(req, -data_fallocate(rfs, ri, mode, (uint64_t)off, (uint64_t)len, is_root(req)));
+	fuse_reply_err(req, -data_fallocate(rfs, ri, mode, (uint64_t)off, (uint64_t)len, fh_privileged(fi)));
 }
 
 static void rr_lseek(fuse_req_t req, fuse_ino_t fino, off_t off, int whence, struct fuse_file_info *fi)
