@@ -196,6 +196,7 @@ static int dir_touch(struct rr_fs *rfs, ext2_ino_t dir, int subdirs)
 		dir_nlink_dec(&in);
 	if (ret)
 		return ret;
+	rfs->ns_version++;
 	inode_touch(&in, RR_MTIME | RR_CTIME);
 	return inode_write(rfs, dir, &in);
 }
@@ -672,6 +673,7 @@ int dir_list(struct rr_fs *rfs, ext2_ino_t dir, struct rr_dirlist *out)
 
 	memset(out, 0, sizeof(*out));
 	rr_fs_lock(rfs);
+	out->version = rfs->ns_version;
 	err = ext2fs_dir_iterate(rfs->fs, dir, 0, NULL, list_cb, out);
 	rr_fs_unlock(rfs);
 	if (err) {
@@ -679,6 +681,31 @@ int dir_list(struct rr_fs *rfs, ext2_ino_t dir, struct rr_dirlist *out)
 		return rr_err(err);
 	}
 	return 0;
+}
+
+/*
+ * A kernel reference for a listed entry (readdirplus).  The listing may be
+ * stale: an entry deleted since may have had its inode freed, or reused by
+ * another file, and a reference to it would give the kernel the wrong
+ * inode.  So when any directory changed since the listing, the name must
+ * still lead to the same inode.  -ENOENT: skip the entry.
+ */
+int dir_entry_ref(struct rr_fs *rfs, ext2_ino_t dir, const struct rr_dirlist *l,
+		  const struct rr_dirent *d, struct rr_inode **ri, struct ext2_inode_large *in)
+{
+	ext2_ino_t now;
+	int ret = 0;
+
+	rr_fs_lock(rfs);
+	if (rfs->ns_version != l->version) {
+		ret = find(rfs, dir, d->name, &now);
+		if (!ret && now != d->ino)
+			ret = -ENOENT;
+	}
+	if (!ret)
+		ret = entry_ref(rfs, d->ino, ri, in);
+	rr_fs_unlock(rfs);
+	return ret;
 }
 
 void dir_list_free(struct rr_dirlist *l)

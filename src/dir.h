@@ -20,6 +20,7 @@ struct rr_dirent {
 struct rr_dirlist {
 	struct rr_dirent *v;
 	size_t n, cap;
+	uint64_t version;	/* rr_fs.ns_version when listed */
 };
 
 /* All return 0 or -errno and take the fs lock themselves. */
@@ -37,6 +38,8 @@ int dir_unlink(struct rr_fs *rfs, ext2_ino_t dir, const char *name, int isdir);
 int dir_rename(struct rr_fs *rfs, ext2_ino_t odir, const char *oname, ext2_ino_t ndir,
 	       const char *nname, unsigned int flags);
 int dir_list(struct rr_fs *rfs, ext2_ino_t dir, struct rr_dirlist *out);
+int dir_entry_ref(struct rr_fs *rfs, ext2_ino_t dir, const struct rr_dirlist *l,
+		  const struct rr_dirent *d, struct rr_inode **ri, struct ext2_inode_large *in);
 void dir_list_free(struct rr_dirlist *l);
 
 #endif

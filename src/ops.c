@@ -553,13 +553,12 @@ static void do_readdir(fuse_req_t req, fuse_ino_t fino, size_t size, off_t off,
 			struct rr_inode *ri = NULL;
 
 			if (!dots) {
-				rr_fs_lock(rfs);
-				ret = inode_load(rfs, d->ino, &in);
-				if (!ret)
-					ri = rr_iget(rfs, d->ino);
-				rr_fs_unlock(rfs);
-				if (ret || !ri) {
-					/* Entry vanished or unreadable: plain entry, no reference. */
+				ret = dir_entry_ref(rfs, e2ino(fino), &dh->list, d, &ri, &in);
+				if (ret == -ENOENT)
+					continue;	/* gone since the listing */
+				if (ret) {
+					/* Unreadable: a plain entry, no reference. */
+					ri = NULL;
 					e.attr.st_ino = d->ino;
 					e.attr.st_mode = (mode_t)DTTOIF(d->type);
 				} else {

@@ -86,6 +86,7 @@ struct rr_fs {
 	/* Written under the fs lock: its own cache lines. */
 	pthread_mutex_t lock __attribute__((aligned(RR_CACHELINE)));
 	int dirty;		/* metadata changed since the last commit */
+	uint64_t ns_version;	/* bumped by every directory change */
 
 	/* Inode table: written on every lookup/forget. */
 	struct rr_itab itab __attribute__((aligned(RR_CACHELINE)));
