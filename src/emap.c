@@ -364,8 +364,11 @@ int emap_tree_map(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in
 					   NULL, &b);
 		}
 	}
-	if (err)
+	if (err) {
+		rr_log(LOG_ERR, "inode %u: cannot map blocks %llu+%u: %s", ino, (unsigned long long)lblk,
+		       len, error_message(err));
 		return rr_err(err);
+	}
 	ext2fs_iblk_add_blocks(fs, (struct ext2_inode *)in, len);
 	return 0;
 }

@@ -137,6 +137,36 @@ static int feature_check(ext2_filsys fs, int *ro, char *msg, size_t msglen)
 	return 0;
 }
 
+/*
+ * What the kernel checks before it trusts an image: that it fits on the
+ * device, and that the group descriptors are sane and their checksums right.
+ */
+static int geometry_check(ext2_filsys fs, const char *device, char *msg, size_t msglen)
+{
+	blk64_t dev_blocks = 0;
+	errcode_t err;
+	dgrp_t g;
+
+	err = ext2fs_get_device_size2(device, (int)fs->blocksize, &dev_blocks);
+	if (!err && dev_blocks && ext2fs_blocks_count(fs->super) > dev_blocks) {
+		snprintf(msg, msglen, "%s: the filesystem has %llu blocks but the image or device holds only %llu: truncated?",
+			 device, (unsigned long long)ext2fs_blocks_count(fs->super),
+			 (unsigned long long)dev_blocks);
+		return -EINVAL;
+	}
+	for (g = 0; g < fs->group_desc_count; g++)
+		if (!ext2fs_group_desc_csum_verify(fs, g)) {
+			snprintf(msg, msglen, "%s: group descriptor %u checksum is wrong: run e2fsck", device, g);
+			return -EUCLEAN;
+		}
+	err = ext2fs_check_desc(fs);
+	if (err) {
+		snprintf(msg, msglen, "%s: corrupt group descriptors (%s): run e2fsck", device, error_message(err));
+		return -EUCLEAN;
+	}
+	return 0;
+}
+
 /* Blocks that hold static metadata, as the kernel leaves them out of f_blocks. */
 static uint64_t overhead_blocks(ext2_filsys fs)
 {
@@ -165,7 +195,8 @@ static uint64_t overhead_blocks(ext2_filsys fs)
 int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts, char *msg,
 	       size_t msglen)
 {
-	int flags = EXT2_FLAG_64BITS | EXT2_FLAG_EXCLUSIVE;
+	/* FORCE: libext2fs would refuse unknown features without naming them; feature_check() does. */
+	int flags = EXT2_FLAG_64BITS | EXT2_FLAG_EXCLUSIVE | EXT2_FLAG_FORCE;
 	ext2_filsys fs = NULL;
 	errcode_t err;
 	int ret, ro = opts->ro;
@@ -181,10 +212,12 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 	err = ext2fs_open2(device, NULL, flags | (ro ? 0 : EXT2_FLAG_RW), 0, 0, rr_io_manager, &fs);
 	if (!ro && (err == EACCES || err == EROFS || err == EPERM)) {
 		/* A read-only image file or device: like the kernel, fall back to ro. */
-		rr_log(LOG_WARNING, "%s is write-protected: mounting read-only", device);
-		ro = 1;
 		io_set_readonly(1);
-		err = ext2fs_open2(device, NULL, flags, 0, 0, rr_io_manager, &fs);
+		if (!ext2fs_open2(device, NULL, flags, 0, 0, rr_io_manager, &fs)) {
+			rr_log(LOG_WARNING, "%s is write-protected: mounting read-only", device);
+			ro = 1;
+			err = 0;
+		}
 	}
 	if (err) {
 		if (err == EBUSY)
@@ -196,7 +229,10 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 		return -EINVAL;
 	}
 	ret = feature_check(fs, &ro, msg, msglen);
+	if (!ret)
+		ret = geometry_check(fs, device, msg, msglen);
 	if (ret) {
+		fs->flags &= ~(EXT2_FLAG_DIRTY | EXT2_FLAG_BB_DIRTY | EXT2_FLAG_IB_DIRTY);
 		ext2fs_close_free(&fs);
 		return ret;
 	}

@@ -5,6 +5,8 @@
  * image until the mount has succeeded.
  */
 #include "ops.h"
+#include <et/com_err.h>
+#include <ext2fs/ext2_err.h>
 #include "log.h"
 #include "rrfs.h"
 
@@ -23,6 +25,7 @@
 
 struct cmdline {
 	char *device;
+	char *mountpoint;	/* as given, for checking before libfuse does */
 	char *commit;
 	int ro;
 	int norecovery;
@@ -59,6 +62,8 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 			c->device = strdup(arg);
 			return 0;
 		}
+		if (c->nonopts == 2)
+			c->mountpoint = strdup(arg);
 		return 1;	/* the mount point: fuse_parse_cmdline takes it */
 	case KEY_RO:
 		c->ro = 1;
@@ -123,6 +128,8 @@ int main(int argc, char *argv[])
 	char msg[512] = "";
 	int ret = 1, r;
 
+	/* Messages for libext2fs's error codes. */
+	initialize_ext2_error_table();
 	if (fuse_opt_parse(&args, &c, opt_spec, opt_proc) == -1)
 		return 1;
 	/* libfuse 3.14 warns about its own default unless a value is given. */
@@ -137,19 +144,22 @@ int main(int argc, char *argv[])
 		ret = 0;
 		goto out;
 	}
-	if (fuse_parse_cmdline(&args, &fo) != 0)
-		goto out;
-	if (!c.device || !fo.mountpoint) {
+	if (!c.device || !c.mountpoint) {
 		fprintf(stderr, "rrfuse: usage: rrfuse IMAGE|DEVICE MOUNTPOINT [-o options] (see --help)\n");
 		goto out;
 	}
-	if (c.commit && parse_uint(c.commit, 86400, &opts.commit_secs)) {
-		fprintf(stderr, "rrfuse: bad value for commit=: '%s' (seconds, 0..86400)\n", c.commit);
+	if (stat(c.mountpoint, &st)) {
+		fprintf(stderr, "rrfuse: mount point %s: %s\n", c.mountpoint, strerror(errno));
 		goto out;
 	}
-	if (stat(fo.mountpoint, &st) || !S_ISDIR(st.st_mode)) {
-		fprintf(stderr, "rrfuse: mount point %s: %s\n", fo.mountpoint,
-			errno && !S_ISDIR(st.st_mode) ? strerror(errno) : "not a directory");
+	if (!S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "rrfuse: mount point %s: not a directory\n", c.mountpoint);
+		goto out;
+	}
+	if (fuse_parse_cmdline(&args, &fo) != 0 || !fo.mountpoint)
+		goto out;
+	if (c.commit && parse_uint(c.commit, 86400, &opts.commit_secs)) {
+		fprintf(stderr, "rrfuse: bad value for commit=: '%s' (seconds, 0..86400)\n", c.commit);
 		goto out;
 	}
 	opts.ro = c.ro;
@@ -226,6 +236,7 @@ out_fs:
 	free(rfs);
 out:
 	free(c.device);
+	free(c.mountpoint);
 	free(c.commit);
 	free(fo.mountpoint);
 	fuse_opt_free_args(&args);

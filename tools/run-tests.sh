@@ -66,10 +66,24 @@ suite() {
 		-p no:cacheprovider tests/mount "${pytest_args[@]}"
 }
 
+# The concurrent tests again under ThreadSanitizer: a report stops the daemon.
+tsan_suite() {
+	local dir=build-tsan before=$fail
+	step "build $dir" build "$dir" -Db_sanitize=thread -Db_lundef=false
+	[ $fail -eq $before ] || return
+	step "rrfsx random operations ($dir)" rrfsx_run "$dir/tests/fsx/rrfsx" "$dir/rrfuse"
+	step "concurrent mount tests ($dir)" env RRFUSE="$top/$dir/rrfuse" /usr/bin/python3 -m pytest -q \
+		-p no:cacheprovider tests/mount/test_concurrency.py tests/mount/test_unlink_open.py
+}
+
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export TSAN_OPTIONS=halt_on_error=1:exitcode=66
 suite build
-[ $quick -eq 1 ] || suite build-asan -Db_sanitize=address,undefined -Db_lundef=false
+if [ $quick -eq 0 ]; then
+	suite build-asan -Db_sanitize=address,undefined -Db_lundef=false
+	tsan_suite
+fi
 
 echo
 for f in "${failed[@]:-}"; do [ -n "$f" ] && echo "FAILED: $f"; done
