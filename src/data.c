@@ -231,11 +231,12 @@ static int64_t fill_hole(struct rr_fs *rfs, struct rr_inode *ri, const char *src
 }
 
 ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size_t size,
-		   uint64_t off, int root)
+		   uint64_t off, int root, int *short_err)
 {
 	uint64_t end = off + size, pos, last;
 	int ret;
 
+	*short_err = 0;
 	if (!size)
 		return 0;
 	if (end > max_size(rfs) || end < off)
@@ -299,16 +300,14 @@ ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size
 		if (!ret)
 			pos = seg_end;
 	}
-	/* A short write still counts: report what reached the file. */
+	/* A short write still counts: report what reached the file, and why it stopped. */
 	if (pos > off) {
 		int r2 = 0;
 
 		if (pos > ri->size || data_times(rfs))
 			r2 = set_size(rfs, ri, pos > ri->size ? pos : ri->size, data_times(rfs));
-		if (!r2)
-			ret = 0;
-		else
-			ret = r2;
+		*short_err = ret;
+		ret = r2;
 	}
 	pthread_rwlock_unlock(&ri->rw);
 	return ret ? ret : (ssize_t)(pos - off);

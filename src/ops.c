@@ -451,6 +451,7 @@ static void rr_write(fuse_req_t req, fuse_ino_t fino, const char *buf, size_t si
 {
 	struct rr_fs *rfs = rr_fs_of(req);
 	struct rr_inode *ri = node(rfs, fino);
+	int short_err;
 	ssize_t n;
 
 	if (!ri || off < 0) {
@@ -461,7 +462,13 @@ static void rr_write(fuse_req_t req, fuse_ino_t fino, const char *buf, size_t si
 		fuse_reply_err(req, EROFS);
 		return;
 	}
-	n = data_write(rfs, ri, buf, size, (uint64_t)off, fh_privileged(fi));
+	n = data_write(rfs, ri, buf, size, (uint64_t)off, fh_privileged(fi), &short_err);
+	/*
+	 * Writeback of cached pages ignores a short count: the rest would be
+	 * lost without a word.  Only an error reaches fsync() and close().
+	 */
+	if (n >= 0 && (size_t)n < size && fi->writepage && short_err)
+		n = short_err;
 	if (n < 0)
 		fuse_reply_err(req, (int)-n);
 	else

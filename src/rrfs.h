@@ -148,8 +148,9 @@ uint64_t emap_goal(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk);
 
 /* data.c */
 ssize_t data_read(struct rr_fs *rfs, struct rr_inode *ri, char *buf, size_t size, uint64_t off);
+/* A short count comes with the reason it stopped in *short_err. */
 ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size_t size,
-		   uint64_t off, int root);
+		   uint64_t off, int root, int *short_err);
 int data_truncate(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size);
 int data_fallocate(struct rr_fs *rfs, struct rr_inode *ri, int mode, uint64_t off, uint64_t len,
 		   int root);
