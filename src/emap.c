@@ -316,6 +316,42 @@ static errcode_t tree_insert(ext2_extent_handle_t h, uint64_t lblk, uint64_t pbl
 }
 
 /*
+ * -o check: after every change, the cached map must equal the tree on disk.
+ * A difference is a bug in rrfuse: logged with both views, then abort().
+ */
+static void emap_verify(struct rr_fs *rfs, struct rr_inode *ri, struct ext2_inode_large *in)
+{
+	struct rr_emap chk = { 0 };
+	errcode_t err = 0;
+	uint32_t i;
+	int bad;
+
+	if (in->i_flags & EXT4_EXTENTS_FL)
+		err = load_extents(rfs->fs, ri->ino, in, &chk);
+	else
+		err = ext2fs_block_iterate3(rfs->fs, ri->ino, BLOCK_FLAG_READ_ONLY | BLOCK_FLAG_DATA_ONLY,
+					    NULL, load_blockmap_cb, &chk);
+	if (err || chk.n != ri->emap.n)
+		rr_log(LOG_ERR, "check: inode %u: tree has %u extents (%s), cache %u", ri->ino, chk.n,
+		       err ? error_message(err) : "ok", ri->emap.n);
+	bad = err || chk.n != ri->emap.n;
+	for (i = 0; !err && i < chk.n && i < ri->emap.n; i++) {
+		const struct rr_ext *a = &chk.v[i], *b = &ri->emap.v[i];
+
+		if (a->lblk != b->lblk || a->len != b->len || a->pblk != b->pblk || a->uninit != b->uninit) {
+			rr_log(LOG_ERR, "check: inode %u extent %u: tree %u+%u->%llu, cache %u+%u->%llu",
+			       ri->ino, i, a->lblk, a->len, (unsigned long long)a->pblk, b->lblk, b->len,
+			       (unsigned long long)b->pblk);
+			bad = 1;
+			break;
+		}
+	}
+	free(chk.v);
+	if (bad)
+		abort();
+}
+
+/*
  * Map [lblk, lblk+len) of a hole to freshly allocated pblk..  Caller holds
  * ri->rw exclusively and the fs lock; in is the inode as on disk and is
  * written back with its new block count.
@@ -332,7 +368,10 @@ int emap_map(struct rr_fs *rfs, struct rr_inode *ri, struct ext2_inode_large *in
 	emap_cache_set(&ri->emap, (uint32_t)lblk, len, pblk, 0);
 	if (!ri->emap.v)
 		atomic_store_explicit(&ri->emap_loaded, 0, memory_order_release);
-	return inode_write(rfs, ri->ino, in);
+	ret = inode_write(rfs, ri->ino, in);
+	if (!ret && rfs->opts.check)
+		emap_verify(rfs, ri, in);
+	return ret;
 }
 
 /* The on-disk half of emap_map(), for inodes with no rr_inode yet; in is not written. */

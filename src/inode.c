@@ -141,13 +141,66 @@ static void rr_inode_free(struct rr_inode *ri)
 	free(ri);
 }
 
-/* Drop nlookup kernel references or one open reference; the last one frees. */
+/*
+ * The in-memory inode of a request's node, pinned until rr_iunpin(): the
+ * kernel may send FORGET and RELEASE for an unlinked file while a WRITE of
+ * its pages is still being served on another thread, and the inode (in
+ * memory and on disk) must outlive that WRITE.
+ */
+struct rr_inode *rr_ipin(struct rr_fs *rfs, ext2_ino_t ino)
+{
+	struct rr_inode *ri;
+
+	pthread_mutex_lock(&rfs->itab.lock);
+	ri = itab_find_locked(&rfs->itab, ino);
+	if (ri)
+		ri->pins++;
+	pthread_mutex_unlock(&rfs->itab.lock);
+	return ri;
+}
+
+/* Unhash ri if nothing holds it any more; then the caller frees it. Under itab.lock. */
+static int itab_release_locked(struct rr_itab *t, struct rr_inode *ri)
+{
+	struct rr_inode **pp;
+
+	if (ri->nlookup || ri->nopen || ri->pins)
+		return 0;
+	for (pp = &t->hash[ihash(t, ri->ino)]; *pp != ri; pp = &(*pp)->hnext)
+		;
+	*pp = ri->hnext;
+	t->count--;
+	return 1;
+}
+
+/* The last holder frees: the in-memory inode, then an unlinked inode on disk. */
+static void rr_inode_gone(struct rr_fs *rfs, struct rr_inode *ri)
+{
+	ext2_ino_t ino = ri->ino;
+
+	rr_inode_free(ri);
+	if (!rfs->ro)
+		inode_free_if_unlinked(rfs, ino);
+}
+
+void rr_iunpin(struct rr_fs *rfs, struct rr_inode *ri)
+{
+	int gone;
+
+	pthread_mutex_lock(&rfs->itab.lock);
+	ri->pins--;
+	gone = itab_release_locked(&rfs->itab, ri);
+	pthread_mutex_unlock(&rfs->itab.lock);
+	if (gone)
+		rr_inode_gone(rfs, ri);
+}
+
+/* Drop nlookup kernel references or one open reference; the last holder frees. */
 void rr_iput(struct rr_fs *rfs, struct rr_inode *ri, uint64_t nlookup, int close)
 {
 	struct rr_itab *t = &rfs->itab;
-	struct rr_inode **pp;
 	ext2_ino_t ino = ri->ino;
-	int gone = 0;
+	int gone;
 
 	pthread_mutex_lock(&t->lock);
 	if (nlookup > ri->nlookup) {
@@ -158,19 +211,10 @@ void rr_iput(struct rr_fs *rfs, struct rr_inode *ri, uint64_t nlookup, int close
 	ri->nlookup -= nlookup;
 	if (close && ri->nopen)
 		ri->nopen--;
-	if (!ri->nlookup && !ri->nopen) {
-		for (pp = &t->hash[ihash(t, ino)]; *pp != ri; pp = &(*pp)->hnext)
-			;
-		*pp = ri->hnext;
-		t->count--;
-		gone = 1;
-	}
+	gone = itab_release_locked(t, ri);
 	pthread_mutex_unlock(&t->lock);
-	if (!gone)
-		return;
-	rr_inode_free(ri);
-	if (!rfs->ro)
-		inode_free_if_unlinked(rfs, ino);
+	if (gone)
+		rr_inode_gone(rfs, ri);
 }
 
 void rr_itab_destroy(struct rr_fs *rfs)

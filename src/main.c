@@ -30,6 +30,7 @@ struct cmdline {
 	int ro;
 	int norecovery;
 	int no_writeback;
+	int check;
 	int nonopts;
 	int help;
 	int version;
@@ -41,6 +42,7 @@ enum { KEY_RO, KEY_NORECOVERY, KEY_HELP, KEY_VERSION };
 static const struct fuse_opt opt_spec[] = {
 	OPT("commit=%s", commit, 0),
 	OPT("no_writeback_cache", no_writeback, 1),
+	OPT("check", check, 1),
 	FUSE_OPT_KEY("ro", KEY_RO),
 	FUSE_OPT_KEY("norecovery", KEY_NORECOVERY),
 	FUSE_OPT_KEY("noload", KEY_NORECOVERY),
@@ -91,6 +93,7 @@ static void usage(const char *prog)
 	       "    -o commit=SECONDS      write dirty metadata at least this often (default 5; 0 = only at fsync/unmount)\n"
 	       "    -o no_writeback_cache  do not use the kernel's writeback cache (default: use it)\n"
 	       "    -o norecovery, noload  accepted for compatibility with ext4\n"
+	       "    -o check               debugging: verify cached block maps against disk after every change\n"
 	       "    -f                     stay in the foreground\n"
 	       "    -d                     debug: foreground, print every request\n"
 	       "    -s                     single-threaded\n"
@@ -165,6 +168,7 @@ int main(int argc, char *argv[])
 	opts.ro = c.ro;
 	opts.norecovery = c.norecovery;
 	opts.writeback = !c.no_writeback;
+	opts.check = c.check;
 	opts.debug = fo.debug;
 
 	rfs = calloc(1, sizeof(*rfs));

@@ -38,10 +38,10 @@ static fuse_ino_t fuseino(ext2_ino_t ino)
 	return ino == EXT2_ROOT_INO ? FUSE_ROOT_ID : ino;
 }
 
-/* The in-memory inode of a node the kernel holds a reference to. */
+/* The in-memory inode of a node the kernel holds a reference to, pinned: rr_iunpin() when done. */
 static struct rr_inode *node(struct rr_fs *rfs, fuse_ino_t ino)
 {
-	struct rr_inode *ri = rr_ifind(rfs, e2ino(ino));
+	struct rr_inode *ri = rr_ipin(rfs, e2ino(ino));
 
 	if (!ri)
 		rr_log(LOG_ERR, "request for inode %llu that the kernel never looked up",
@@ -136,8 +136,10 @@ static void rr_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 	struct rr_fs *rfs = rr_fs_of(req);
 	struct rr_inode *ri = node(rfs, ino);
 
-	if (ri)
+	if (ri) {
 		rr_iput(rfs, ri, nlookup, 0);
+		rr_iunpin(rfs, ri);
+	}
 	fuse_reply_none(req);
 }
 
@@ -149,8 +151,10 @@ static void rr_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_dat
 	for (i = 0; i < count; i++) {
 		struct rr_inode *ri = node(rfs, forgets[i].ino);
 
-		if (ri)
+		if (ri) {
 			rr_iput(rfs, ri, forgets[i].nlookup, 0);
+			rr_iunpin(rfs, ri);
+		}
 	}
 	fuse_reply_none(req);
 }
@@ -192,10 +196,12 @@ static void rr_setattr(fuse_req_t req, fuse_ino_t fino, struct stat *attr, int t
 	if (to_set & FUSE_SET_ATTR_SIZE) {
 		struct rr_inode *ri = node(rfs, fino);
 
-		if (!ri)
+		if (!ri) {
 			ret = -EIO;
-		else
+		} else {
 			ret = data_truncate(rfs, ri, (uint64_t)attr->st_size);
+			rr_iunpin(rfs, ri);
+		}
 		if (ret) {
 			fuse_reply_err(req, -ret);
 			return;
@@ -262,6 +268,8 @@ static void rr_readlink(fuse_req_t req, fuse_ino_t fino)
 		struct rr_inode *ri = node(rfs, fino);
 		ssize_t n = ri ? data_read(rfs, ri, buf, in.i_size, 0) : -EIO;
 
+		if (ri)
+			rr_iunpin(rfs, ri);
 		if (n < 0)
 			ret = (int)n;
 	}
@@ -382,16 +390,15 @@ static void rr_open(fuse_req_t req, fuse_ino_t fino, struct fuse_file_info *fi)
 		fuse_reply_err(req, EIO);
 		return;
 	}
-	if ((fi->flags & O_ACCMODE) != O_RDONLY && rfs->ro) {
-		fuse_reply_err(req, EROFS);
-		return;
-	}
-	if ((fi->flags & O_TRUNC) && (fi->flags & O_ACCMODE) != O_RDONLY)
+	if ((fi->flags & O_ACCMODE) != O_RDONLY && rfs->ro)
+		ret = -EROFS;
+	else if ((fi->flags & O_TRUNC) && (fi->flags & O_ACCMODE) != O_RDONLY)
 		ret = data_truncate(rfs, ri, 0);
 	if (ret)
 		fuse_reply_err(req, -ret);
 	else
 		open_reply(req, ri, fi);
+	rr_iunpin(rfs, ri);
 }
 
 static void rr_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
@@ -424,13 +431,13 @@ static void rr_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 static void rr_read(fuse_req_t req, fuse_ino_t fino, size_t size, off_t off, struct fuse_file_info *fi)
 {
 	struct rr_fs *rfs = rr_fs_of(req);
-	struct rr_inode *ri = node(rfs, fino);
+	struct rr_inode *ri;
 	char *buf;
 	ssize_t n;
 
 	(void)fi;
-	if (!ri || off < 0) {
-		fuse_reply_err(req, ri ? EINVAL : EIO);
+	if (off < 0) {
+		fuse_reply_err(req, EINVAL);
 		return;
 	}
 	buf = malloc(size ? size : 1);
@@ -438,7 +445,10 @@ static void rr_read(fuse_req_t req, fuse_ino_t fino, size_t size, off_t off, str
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	n = data_read(rfs, ri, buf, size, (uint64_t)off);
+	ri = node(rfs, fino);
+	n = ri ? data_read(rfs, ri, buf, size, (uint64_t)off) : -EIO;
+	if (ri)
+		rr_iunpin(rfs, ri);
 	if (n < 0)
 		fuse_reply_err(req, (int)-n);
 	else
@@ -450,19 +460,18 @@ static void rr_write(fuse_req_t req, fuse_ino_t fino, const char *buf, size_t si
 		     struct fuse_file_info *fi)
 {
 	struct rr_fs *rfs = rr_fs_of(req);
-	struct rr_inode *ri = node(rfs, fino);
-	int short_err;
+	struct rr_inode *ri;
+	int short_err = 0;
 	ssize_t n;
 
-	if (!ri || off < 0) {
-		fuse_reply_err(req, ri ? EINVAL : EIO);
+	if (off < 0 || rfs->ro) {
+		fuse_reply_err(req, rfs->ro ? EROFS : EINVAL);
 		return;
 	}
-	if (rfs->ro) {
-		fuse_reply_err(req, EROFS);
-		return;
-	}
-	n = data_write(rfs, ri, buf, size, (uint64_t)off, fh_privileged(fi), &short_err);
+	ri = node(rfs, fino);
+	n = ri ? data_write(rfs, ri, buf, size, (uint64_t)off, fh_privileged(fi), &short_err) : -EIO;
+	if (ri)
+		rr_iunpin(rfs, ri);
 	/*
 	 * Writeback of cached pages ignores a short count: the rest would be
 	 * lost without a word.  Only an error reaches fsync() and close().
@@ -481,8 +490,10 @@ static void rr_release(fuse_req_t req, fuse_ino_t fino, struct fuse_file_info *f
 	struct rr_inode *ri = node(rfs, fino);
 
 	(void)fi;
-	if (ri)
+	if (ri) {
 		rr_iput(rfs, ri, 0, 1);
+		rr_iunpin(rfs, ri);
+	}
 	fuse_reply_err(req, 0);
 }
 
@@ -696,33 +707,37 @@ static void rr_fallocate(fuse_req_t req, fuse_ino_t fino, int mode, off_t off, o
 			 struct fuse_file_info *fi)
 {
 	struct rr_fs *rfs = rr_fs_of(req);
-	struct rr_inode *ri = node(rfs, fino);
+	struct rr_inode *ri;
+	int ret;
 
 	if (!check_rw(req))
 		return;
-	if (!ri || off < 0 || len <= 0) {
-		fuse_reply_err(req, ri ? EINVAL : EIO);
+	if (off < 0 || len <= 0) {
+		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	fuse_reply_err(req, -data_fallocate(rfs, ri, mode, (uint64_t)off, (uint64_t)len, fh_privileged(fi)));
+	ri = node(rfs, fino);
+	ret = ri ? data_fallocate(rfs, ri, mode, (uint64_t)off, (uint64_t)len, fh_privileged(fi)) : -EIO;
+	if (ri)
+		rr_iunpin(rfs, ri);
+	fuse_reply_err(req, -ret);
 }
 
 static void rr_lseek(fuse_req_t req, fuse_ino_t fino, off_t off, int whence, struct fuse_file_info *fi)
 {
 	struct rr_fs *rfs = rr_fs_of(req);
-	struct rr_inode *ri = node(rfs, fino);
+	struct rr_inode *ri;
 	int64_t r;
 
 	(void)fi;
-	if (!ri || off < 0) {
-		fuse_reply_err(req, ri ? ENXIO : EIO);
+	if (off < 0 || (whence != SEEK_DATA && whence != SEEK_HOLE)) {
+		fuse_reply_err(req, off < 0 ? ENXIO : EINVAL);
 		return;
 	}
-	if (whence != SEEK_DATA && whence != SEEK_HOLE) {
-		fuse_reply_err(req, EINVAL);
-		return;
-	}
-	r = data_seek(rfs, ri, (uint64_t)off, whence);
+	ri = node(rfs, fino);
+	r = ri ? data_seek(rfs, ri, (uint64_t)off, whence) : -EIO;
+	if (ri)
+		rr_iunpin(rfs, ri);
 	if (r < 0)
 		fuse_reply_err(req, (int)-r);
 	else

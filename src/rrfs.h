@@ -46,6 +46,7 @@ struct rr_inode {
 	struct rr_inode *hnext;		/* itab hash chain, under itab.lock */
 	uint64_t nlookup;		/* kernel references, under itab.lock */
 	uint32_t nopen;			/* open file handles, under itab.lock */
+	uint32_t pins;			/* requests using it now, under itab.lock */
 	pthread_rwlock_t rw;
 	/* Below: read under rw shared, written under rw exclusive + fs lock. */
 	atomic_int emap_loaded;		/* emap valid; loading takes the fs lock */
@@ -66,6 +67,7 @@ struct rr_opts {
 	int norecovery;
 	int writeback;		/* kernel writeback cache */
 	int debug;
+	int check;		/* -o check: verify in-memory state against disk after changes */
 };
 
 struct rr_fs {
@@ -116,6 +118,8 @@ void rr_itab_destroy(struct rr_fs *rfs);
 struct rr_inode *rr_iget(struct rr_fs *rfs, ext2_ino_t ino);
 void rr_iopen(struct rr_fs *rfs, struct rr_inode *ri);
 struct rr_inode *rr_ifind(struct rr_fs *rfs, ext2_ino_t ino);
+struct rr_inode *rr_ipin(struct rr_fs *rfs, ext2_ino_t ino);
+void rr_iunpin(struct rr_fs *rfs, struct rr_inode *ri);
 void rr_iput(struct rr_fs *rfs, struct rr_inode *ri, uint64_t nlookup, int close);
 int inode_read(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in);
 int inode_load(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in);

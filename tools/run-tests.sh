@@ -62,7 +62,7 @@ suite() {
 	[ $fail -eq $before ] || return
 	step "unit tests ($dir)" meson test -C "$dir" --print-errorlogs
 	step "rrfsx random operations ($dir)" rrfsx_run "$dir/tests/fsx/rrfsx" "$dir/rrfuse"
-	step "mount tests ($dir)" env RRFUSE="$top/$dir/rrfuse" /usr/bin/python3 -m pytest -q \
+	step "mount tests ($dir)" env RRFUSE="$top/$dir/rrfuse" RRFUSE_OPTS=check /usr/bin/python3 -m pytest -q \
 		-p no:cacheprovider tests/mount "${pytest_args[@]}"
 }
 

@@ -316,8 +316,10 @@ class Mount:
             self.mounted = True
             return self
         cmd = [RRFUSE, self.image, self.mnt, "-f"]
-        if self.opts:
-            cmd += ["-o", self.opts]
+        # RRFUSE_OPTS (e.g. "check") is added to every mount of the suite.
+        opts = ",".join(o for o in (os.environ.get("RRFUSE_OPTS", ""), self.opts) if o)
+        if opts:
+            cmd += ["-o", opts]
         self._logf = open(self.logpath, "ab")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
                                      stdout=self._logf, stderr=self._logf)
