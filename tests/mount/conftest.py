@@ -808,6 +808,17 @@ def syncfs(path):
         os.close(fd)
 
 
+def fallocate(fd, mode, offset, length):
+    """fallocate(2) with any mode; raises OSError."""
+    import ctypes
+    f = libc().fallocate
+    f.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    f.restype = ctypes.c_int
+    if f(fd, mode, offset, length) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+
+
 def libc():
     global _libc
     if _libc is None:

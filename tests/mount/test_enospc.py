@@ -13,8 +13,6 @@ Bounds are derived from statvfs taken before writing:
   f_bavail            what an unprivileged user may fill with data
   f_bavail + r_blocks what root may fill (= f_bfree - metadata reserve)
 """
-import ctypes
-import ctypes.util
 import errno
 import hashlib
 import os
@@ -25,7 +23,7 @@ import time
 
 import pytest
 
-from conftest import pattern, run_as, syncfs, wait_for
+from conftest import pattern, syncfs, wait_for, fallocate
 
 BS = 4096
 KiB = 1024
@@ -34,17 +32,6 @@ NWRITERS = 4
 MAX_FILE = 8 * MiB
 CHUNK = 1 * MiB
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6",
-                    use_errno=True)
-_libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int,
-                            ctypes.c_int64, ctypes.c_int64]
-_libc.fallocate.restype = ctypes.c_int
-
-
-def fallocate(fd, mode, offset, length):
-    if _libc.fallocate(fd, mode, offset, length) != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, os.strerror(e))
 
 
 # ----------------------------------------------------------------- helpers

@@ -1,13 +1,11 @@
 """fallocate(2) modes, punching holes, zeroing ranges, and SEEK_DATA /
 SEEK_HOLE on sparse and preallocated files."""
-import ctypes
-import ctypes.util
 import errno
 import os
 
 import pytest
 
-from conftest import pattern
+from conftest import pattern, syncfs, fallocate
 
 FALLOC_FL_KEEP_SIZE = 0x01
 FALLOC_FL_PUNCH_HOLE = 0x02
@@ -16,32 +14,8 @@ FALLOC_FL_ZERO_RANGE = 0x10
 BS = 4096
 
 
-_libc_sync = ctypes.CDLL(None, use_errno=True)
-
-
-def syncfs(path):
-    """syncfs(2) on the filesystem holding path (os.sync() would flush every
-    filesystem on the machine, which is slow on a busy host)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if _libc_sync.syncfs(fd) != 0:
-            e = ctypes.get_errno()
-            raise OSError(e, os.strerror(e), path)
-    finally:
-        os.close(fd)
 SECT_PER_BLOCK = BS // 512
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6",
-                    use_errno=True)
-_libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int,
-                            ctypes.c_int64, ctypes.c_int64]
-_libc.fallocate.restype = ctypes.c_int
-
-
-def fallocate(fd, mode, offset, length):
-    if _libc.fallocate(fd, mode, offset, length) != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, os.strerror(e))
 
 
 def blocks(fd):

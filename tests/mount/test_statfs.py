@@ -1,30 +1,16 @@
 """statvfs(2) through the mount, checked against the image geometry and
 against dumpe2fs -h after unmount."""
-import ctypes
 import errno
 import os
 import subprocess
 
 import pytest
 
-from conftest import pattern, wait_for
+from conftest import pattern, wait_for, syncfs
 
 BS = 4096
 
 
-_libc_sync = ctypes.CDLL(None, use_errno=True)
-
-
-def syncfs(path):
-    """syncfs(2) on the filesystem holding path (os.sync() would flush every
-    filesystem on the machine, which is slow on a busy host)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if _libc_sync.syncfs(fd) != 0:
-            e = ctypes.get_errno()
-            raise OSError(e, os.strerror(e), path)
-    finally:
-        os.close(fd)
 
 
 def dumpe2fs(image):

@@ -1,28 +1,16 @@
 """Extended attribute tests: user., trusted., security. namespaces, flags,
 empty/large values, in-inode vs. external xattr block, dirs and symlinks,
 persistence across remount."""
-import ctypes
 import errno
 import os
 
 import pytest
 
+from conftest import syncfs
+
 ENODATA = errno.ENODATA
 
 
-_libc_sync = ctypes.CDLL(None, use_errno=True)
-
-
-def syncfs(path):
-    """syncfs(2) on the filesystem holding path (os.sync() would flush every
-    filesystem on the machine, which is slow on a busy host)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if _libc_sync.syncfs(fd) != 0:
-            e = ctypes.get_errno()
-            raise OSError(e, os.strerror(e), path)
-    finally:
-        os.close(fd)
 
 
 def _mkfile(fs, name="f", data=b"hello"):
