@@ -506,14 +506,16 @@ static void rr_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 	(void)fi;
 	/* Inodes and maps are written through; bitmaps and counts are not. */
 	ret = rr_fs_commit(rr_fs_of(req), 1);
-	fuse_reply_err(req, -ret);
 	/*
 	 * Writeback allocated blocks behind the kernel's cached attributes:
 	 * have it ask again, so st_blocks is right after fsync as on ext4.
-	 * After the reply, and for attributes only, this cannot deadlock.
+	 * Before the reply, so that no stat after fsync() returns can miss
+	 * it; for attributes only (offset < 0) the kernel takes no lock that
+	 * the waiting fsync holds.
 	 */
 	if (!ret)
 		fuse_lowlevel_notify_inval_inode(se, ino, -1, 0);
+	fuse_reply_err(req, -ret);
 }
 
 struct rr_dirh {
