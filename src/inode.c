@@ -159,6 +159,19 @@ struct rr_inode *rr_ipin(struct rr_fs *rfs, ext2_ino_t ino)
 	return ri;
 }
 
+/* Bump the xattr generation of ino's in-memory inode, if there is one. */
+void rr_ixattr_changed(struct rr_fs *rfs, ext2_ino_t ino)
+{
+	struct rr_inode *ri;
+
+	/* Under the table lock: an inode in the table is not freed meanwhile. */
+	pthread_mutex_lock(&rfs->itab.lock);
+	ri = itab_find_locked(&rfs->itab, ino);
+	if (ri)
+		atomic_fetch_add(&ri->xattr_gen, 1);
+	pthread_mutex_unlock(&rfs->itab.lock);
+}
+
 /* Unhash ri if nothing holds it any more; then the caller frees it. Under itab.lock. */
 static int itab_release_locked(struct rr_itab *t, struct rr_inode *ri)
 {

@@ -53,6 +53,13 @@ struct rr_inode {
 	struct rr_emap emap;
 	uint64_t size;			/* i_size */
 	int extents;			/* EXT4_EXTENTS_FL: otherwise block-mapped */
+	/*
+	 * The kernel asks for security.capability before every write() (to
+	 * drop privileges); it is almost never there.  caps_absent ==
+	 * xattr_gen + 1 records "absent" as of the current attribute set.
+	 */
+	atomic_uint xattr_gen;
+	atomic_uint caps_absent;
 };
 
 struct rr_itab {
@@ -120,6 +127,7 @@ void rr_iopen(struct rr_fs *rfs, struct rr_inode *ri);
 struct rr_inode *rr_ifind(struct rr_fs *rfs, ext2_ino_t ino);
 struct rr_inode *rr_ipin(struct rr_fs *rfs, ext2_ino_t ino);
 void rr_iunpin(struct rr_fs *rfs, struct rr_inode *ri);
+void rr_ixattr_changed(struct rr_fs *rfs, ext2_ino_t ino);
 void rr_iput(struct rr_fs *rfs, struct rr_inode *ri, uint64_t nlookup, int close);
 int inode_read(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in);
 int inode_load(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in);

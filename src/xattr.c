@@ -65,15 +65,34 @@ int xattr_get_locked(struct rr_fs *rfs, ext2_ino_t ino, const char *name, void *
 	return *val ? 0 : -ENOMEM;
 }
 
+#define CAPS_XATTR "security.capability"
+
 int xattr_get(struct rr_fs *rfs, ext2_ino_t ino, const char *name, void **val, size_t *len)
 {
+	struct rr_inode *ri = NULL;
+	unsigned int gen = 0;
 	int ret;
 
+	if (!strcmp(name, CAPS_XATTR) && (ri = rr_ipin(rfs, ino))) {
+		gen = atomic_load(&ri->xattr_gen);
+		if (atomic_load(&ri->caps_absent) == gen + 1) {
+			rr_iunpin(rfs, ri);
+			return -ENODATA;
+		}
+	}
 	rr_fs_lock(rfs);
 	ret = xattr_get_locked(rfs, ino, name, val, len);
 	rr_fs_unlock(rfs);
+	if (ri) {
+		/* A change since gen was read makes this record stale, as it should. */
+		if (ret == -ENODATA)
+			atomic_store(&ri->caps_absent, gen + 1);
+		rr_iunpin(rfs, ri);
+	}
 	return ret;
 }
+
+
 
 struct list_ctx {
 	char *buf;
@@ -208,6 +227,8 @@ static int set_raw(struct rr_fs *rfs, ext2_ino_t ino, const char *name, const vo
 	else if (!err)
 		ret = rr_err(ext2fs_xattr_remove(h, name));
 	ext2fs_xattrs_close(&h);
+	/* Any attribute change invalidates what xattr_get() remembers. */
+	rr_ixattr_changed(rfs, ino);
 	return ret;
 }
 
