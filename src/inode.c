@@ -413,11 +413,26 @@ int inode_new(struct rr_fs *rfs, ext2_ino_t dir, mode_t mode, uid_t uid, gid_t g
 	ext2_filsys fs = rfs->fs;
 	ext2_ino_t ino;
 	errcode_t err;
-	int isdir = S_ISDIR(mode);
+	int isdir = S_ISDIR(mode), tries;
 
-	err = ext2fs_new_inode(fs, dir, (int)mode, NULL, &ino);
-	if (err)
-		return rr_err(err);
+	for (tries = 0;; tries++) {
+		err = ext2fs_new_inode(fs, dir, (int)mode, NULL, &ino);
+		if (err)
+			return rr_err(err);
+		/*
+		 * A corrupt inode bitmap can offer an inode that is in use;
+		 * overwriting it would destroy a file.  Keep it marked, as the
+		 * kernel keeps suspect inodes out of use, and look again.
+		 */
+		err = ext2fs_read_inode_full(fs, ino, (struct ext2_inode *)in, sizeof(*in));
+		if (!err && !in->i_links_count && !(in->i_mode && !in->i_dtime) && !rr_ifind(rfs, ino))
+			break;
+		rr_log(LOG_ERR, "inode bitmap says inode %u is free but it is in use: run e2fsck", ino);
+		ext2fs_mark_inode_bitmap2(fs->inode_map, ino);
+		ext2fs_mark_ib_dirty(fs);
+		if (tries >= 8)
+			return -EIO;
+	}
 	memset(in, 0, sizeof(*in));
 	in->i_mode = (__u16)mode;
 	in->i_uid = (__u16)uid;
