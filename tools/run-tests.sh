@@ -12,6 +12,8 @@ cd "$top"
 quick=0
 if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
 pytest_args=("$@")
+# A new fuzz seed each day, printed with every failure so it can be replayed.
+fuzz_seed=${RRFUZZ_SEED:-$(date +%Y%m%d)}
 
 pass=0
 fail=0
@@ -62,6 +64,8 @@ suite() {
 	[ $fail -eq $before ] || return
 	step "unit tests ($dir)" meson test -C "$dir" --print-errorlogs
 	step "rrfsx random operations ($dir)" rrfsx_run "$dir/tests/fsx/rrfsx" "$dir/rrfuse"
+	step "fuzzed images ($dir)" /usr/bin/python3 tests/fuzz/rrfuzz.py --rrfuse "$top/$dir/rrfuse" \
+		--opts check --count "${RRFUZZ_COUNT:-500}" --seed "$fuzz_seed" --keep-failed "/var/tmp/rrfuzz-failures-$dir"
 	step "mount tests ($dir)" env RRFUSE="$top/$dir/rrfuse" RRFUSE_OPTS=check /usr/bin/python3 -m pytest -q \
 		-p no:cacheprovider tests/mount "${pytest_args[@]}"
 }

@@ -158,7 +158,7 @@ GD_FIELDS32 = [
     ("bg_block_bitmap_lo", 0x0, 4, "blk"), ("bg_inode_bitmap_lo", 0x4, 4, "blk"),
     ("bg_inode_table_lo", 0x8, 4, "blk"), ("bg_free_blocks_count_lo", 0xC, 2, "int"),
     ("bg_free_inodes_count_lo", 0xE, 2, "int"), ("bg_used_dirs_count_lo", 0x10, 2, "int"),
-    ("bg_flags", 0x12, 2, "flags"), ("bg_exclude_bitmap_lo", 0x14, 4, "blk"),
+    ("bg_flags", 0x12, 2, "gdflags"), ("bg_exclude_bitmap_lo", 0x14, 4, "blk"),
     ("bg_block_bitmap_csum_lo", 0x18, 2, "int"), ("bg_inode_bitmap_csum_lo", 0x1A, 2, "int"),
     ("bg_itable_unused_lo", 0x1C, 2, "int"), ("bg_checksum", 0x1E, 2, "int"),
 ]
@@ -194,6 +194,10 @@ for _i in range(4):
                           ("ext[%d].ee_start_lo/ei_leaf" % _i, _o + 8, 4, "blk"),
                           ("ext[%d].ei_leaf_lo" % _i, _o + 4, 4, "blk")]
 
+INODE_FIELD_WEIGHT = {"i_mode": 3, "i_size_lo": 3, "i_links_count": 2, "i_flags": 4, "i_block": 2,
+                      "i_file_acl_lo": 3, "i_size_high": 2, "i_extra_isize": 3, "i_blocks_lo": 2}
+TYPE_NAMES = {0x1000: "fifo", 0x2000: "chr", 0x4000: "dir", 0x6000: "blk", 0x8000: "reg",
+              0xA000: "symlink", 0xC000: "sock"}
 IFLAG_BITS = [0x10, 0x20, 0x800, 0x1000, 0x4000, 0x40000, 0x80000, 0x200000,
               0x10000000, 0x20000000, 0x40000000, 0x100000, 0x2000000, 0x400000,
               0x80, 0x1, 0x8]
@@ -289,8 +293,52 @@ class FS:
                 tree.append((child, depth - 1))
                 self._ext_node(self.block(child), maps, tree, lvl + 1)
 
+    def has_blocks(self, ino):
+        """Whether i_block holds a block map / extent tree (not a fast symlink, device...)."""
+        ib = self.inode(ino)
+        typ = u16(ib, 0) & 0xF000
+        if typ in (0x8000, 0x4000):
+            return True
+        if typ == 0xA000:
+            size = u32(ib, 4)
+            return size >= 60 or (u32(ib, 0x20) & EXTENTS_FL) != 0
+        return False
+
+    def blockmap(self, ino):
+        """Old-style (ext2/3) block map: ([(lblk, pblk, 1)], [(indirect block, level)])."""
+        ib = self.inode(ino)
+        maps, ind = [], []
+        if u32(ib, 0x20) & EXTENTS_FL or not self.has_blocks(ino):
+            return maps, ind
+        ptrs = struct.unpack_from("<15I", ib, 0x28)
+        per = self.bs // 4
+        for i in range(12):
+            if ptrs[i]:
+                maps.append((i, ptrs[i], 1))
+
+        def walk(blk, level, base):
+            if not blk or blk >= self.blocks_count or len(ind) > 64:
+                return
+            ind.append((blk, level))
+            b = self.block(blk)
+            span = per ** (level - 1)
+            for k in range(per):
+                q = u32(b, 4 * k)
+                if not q:
+                    continue
+                if level == 1:
+                    maps.append((base + k, q, 1))
+                else:
+                    walk(q, level - 1, base + k * span)
+        walk(ptrs[12], 1, 12)
+        walk(ptrs[13], 2, 12 + per)
+        walk(ptrs[14], 3, 12 + per + per * per)
+        return maps, ind
+
     def file_blocks(self, ino):
         maps, _ = self.extents(ino)
+        if not maps:
+            maps, _ = self.blockmap(ino)
         out = []
         for lb, pb, ln in maps:
             for k in range(ln):
@@ -441,6 +489,8 @@ def csum_xattr(fs, img, blk, store):
 
 
 def refix(fs, img, spec, store=True):
+    if spec is None:
+        return True
     kind = spec[0]
     if kind == "sb":
         return csum_sb(fs, img, store) if fs.csum else True
@@ -472,6 +522,7 @@ TEMPLATES = [
     ("1k-csum", 16, ["-b", "1024", "-N", "2048"]),
     ("4k-nocsum", 16, ["-b", "4096", "-g", "2048", "-O", "^metadata_csum,uninit_bg", "-N", "1024"]),
     ("1k-nocsum-noflex", 16, ["-b", "1024", "-O", "^metadata_csum,^flex_bg,^64bit", "-N", "2048"]),
+    ("1k-ext3", 16, ["-t", "ext3", "-b", "1024", "-I", "256", "-N", "2048"]),
 ]
 
 
@@ -493,7 +544,7 @@ def build_template(workdir, name, size_mib, args):
         f.truncate(size_mib << 20)
     h = hashlib.md5(name.encode()).hexdigest()
     uuid = "%s-%s-%s-%s-%s" % (h[:8], h[8:12], h[12:16], h[16:20], h[20:32])
-    _run(["mke2fs", "-q", "-F", "-t", "ext4"] + args +
+    _run(["mke2fs", "-q", "-F"] + ([] if "-t" in args else ["-t", "ext4"]) + args +
          ["-U", uuid, "-E", "hash_seed=3c9d8a6e-1f2b-4c5d-8e7f-a0b1c2d3e4f5,root_owner=0:0",
           img], env=env)
     bs = 4096 if "4k" in name else 1024
@@ -508,6 +559,10 @@ def build_template(workdir, name, size_mib, args):
         return bytes(rng.getrandbits(8) for _ in range(n))
 
     blob = rbytes(65536)
+    # a POSIX ACL in the VFS format: user::rw- user:1000:r-- group::r-- mask::rw- other::r--
+    acl = src("acl", struct.pack("<I", 2) + b"".join(
+        struct.pack("<HHI", t, p, i) for t, p, i in
+        ((1, 6, 0xFFFFFFFF), (2, 4, 1000), (4, 4, 0xFFFFFFFF), (0x10, 6, 0xFFFFFFFF), (0x20, 4, 0xFFFFFFFF))))
     small = src("small", b"hello, fuzzed world\n" * 5)
     medium = src("medium", blob[:40000])
     empty = src("empty", b"")
@@ -519,6 +574,13 @@ def build_template(workdir, name, size_mib, args):
     for i in range(8):
         frag2 += blob[i * 131:i * 131 + 2 * bs] + b"\0" * bs
     frag2 = src("frag2", bytes(frag2))
+    # 400 one-block extents: a two-level extent tree at 1 KiB blocks
+    frag3 = src("frag3", b"".join(blob[i * 61:i * 61 + bs] + b"\0" * bs for i in range(400)))
+    sparse = os.path.join(d, "sparse")
+    with open(sparse, "wb") as f:
+        for off in (0, 1 << 20, 100 << 20, 3 << 30):
+            f.seek(off)
+            f.write(blob[:3000])
     cmds = [
         "mkdir d", "mkdir d/e", "mkdir big", "mkdir d/e/deep",
         "write %s small" % small,
@@ -526,6 +588,8 @@ def build_template(workdir, name, size_mib, args):
         "write %s d/empty" % empty,
         "write %s frag" % frag,
         "write %s d/e/frag2" % frag2,
+        "write %s d/frag3" % frag3,
+        "write %s sparse" % sparse,
         "write %s d/e/deep/leaf" % small,
         "symlink fastlink d/medium",
         "symlink d/slowlink /" + "/".join("component%02d" % i for i in range(20)),
@@ -538,7 +602,15 @@ def build_template(workdir, name, size_mib, args):
         "ea_set d/e/frag2 user.x " + "X" * 120,
         "ea_set d/e/frag2 security.selinux system_u:object_r:etc_t:s0",
         "ln small d/hardlink",
+        "mkdir full",
+        "ea_set -f %s d system.posix_acl_default" % acl,
+        "ea_set -f %s d/medium system.posix_acl_access" % acl,
     ]
+    # a linear one-block directory with little room left: the next entries
+    # make rrfuse index it (htree_index_dir)
+    cap = bs - 24 - (12 if "-csum" in name else 0) - 100
+    for i in range(cap // 28):
+        cmds.append("write %s full/f%018d" % (empty, i))
     if bs == 1024:
         # big enough for a two-level htree at 1 KiB blocks
         n, namelen = 700, 0
@@ -570,10 +642,12 @@ class Template:
         self._scan()
         self._verify_csums()
 
-    def add(self, kind, off, length, desc, spec, fields=None, extra=None):
+    def add(self, kind, off, length, desc, spec, fields=None, extra=None, owner=None):
+        if owner and owner.startswith("<"):
+            owner = None
         self.regions.setdefault(kind, []).append(
             dict(kind=kind, off=off, len=length, desc=desc, spec=spec,
-                 fields=fields or [], extra=extra or {}))
+                 fields=fields or [], extra=extra or {}, owner=owner))
 
     def _scan(self):
         fs = self.fs
@@ -603,10 +677,15 @@ class Template:
             ib = fs.inode(ino)
             flags = u32(ib, 0x20)
             maps, tree = fs.extents(ino)
+            for blk, level in fs.blockmap(ino)[1]:
+                mb.add(blk)
+                self.add("indirect", blk * bs, bs, "%s block %d of ino %d %s" % (
+                    ("IND", "DIND", "TIND")[level - 1], blk, ino, path), None,
+                    self._indirect_fields(blk), owner=path)
             for blk, depth in tree:
                 mb.add(blk)
                 self.add("extent", blk * bs, bs, "extent block %d (depth %d) of ino %d %s" % (blk, depth, ino, path),
-                         ("extent", blk, ino), self._extent_fields(blk, depth))
+                         ("extent", blk, ino), self._extent_fields(blk, depth), owner=path)
             blocks = fs.file_blocks(ino)
             dx_nodes, levels = set(), 0
             if flags & INDEX_FL and blocks:
@@ -627,7 +706,7 @@ class Template:
                     else:
                         sub, spec = "dirleaf", ("dirleaf", pb, ino)
                     self.add("dir", pb * bs, bs, "%s block %d (lblk %d) of dir ino %d %s" % (sub, pb, lb, ino, path),
-                             spec, extra=dict(sub=sub))
+                             spec, extra=dict(sub=sub), owner=path)
                     for _, cino, name, ft in fs.dirents(pb):
                         if name in (b".", b".."):
                             continue
@@ -636,15 +715,24 @@ class Template:
             if acl and acl not in mb:
                 mb.add(acl)
                 self.add("xattr", acl * bs, bs, "xattr block %d of ino %d %s" % (acl, ino, path),
-                         ("xattr", acl), self._xattr_fields(acl))
+                         ("xattr", acl), self._xattr_fields(acl), owner=path)
         self.paths = inodes
         for ino, path in sorted(inodes.items()):
-            typ = u16(fs.inode(ino), 0) & 0xF000
-            fields = list(INODE_FIELDS)
-            if u32(fs.inode(ino), 0x20) & EXTENTS_FL:
+            ib = fs.inode(ino)
+            typ = u16(ib, 0) & 0xF000
+            fields = []
+            for f in INODE_FIELDS:
+                fields += [f] * INODE_FIELD_WEIGHT.get(f[0], 1)
+            if u32(ib, 0x20) & EXTENTS_FL:
                 fields += IBLOCK_EXT_FIELDS
+            elif fs.has_blocks(ino):
+                fields += [("i_block[%d]" % k, 0x28 + 4 * k, 4, "blk") for k in range(15)
+                           if k >= 12 or u32(ib, 0x28 + 4 * k)] * 2
+            fields += self._ibody_xattr_fields(ib) * 2
+            fields = [f for f in fields if f[1] + f[2] <= fs.inode_size]
             self.add("inode", fs.inode_off(ino), fs.inode_size,
-                     "inode %d %s (mode %o)" % (ino, path, typ), ("inode", ino), fields)
+                     "inode %d %s (%s)" % (ino, path, TYPE_NAMES.get(typ, "%o" % typ)), ("inode", ino), fields,
+                     owner=path)
         # big directories get more attention than '.' and lost+found
         self.meta_list = sorted(mb)
 
@@ -660,6 +748,30 @@ class Template:
             else:
                 f += [("idx[%d].ei_block" % i, o, 4, "int"), ("idx[%d].ei_leaf_lo" % i, o + 4, 4, "blk"),
                       ("idx[%d].ei_leaf_hi" % i, o + 8, 2, "int")]
+        return f
+
+    def _indirect_fields(self, blk):
+        b = self.fs.block(blk)
+        used = [k for k in range(self.fs.bs // 4) if u32(b, 4 * k)]
+        extra = [0, len(used), self.fs.bs // 4 - 1]
+        return [("ptr[%d]" % k, 4 * k, 4, "blk") for k in sorted(set(used[:64] + extra))]
+
+    def _ibody_xattr_fields(self, ib):
+        if len(ib) <= 0x84:
+            return []
+        start = 0x80 + u16(ib, 0x80)
+        if start + 4 > len(ib) or u32(ib, start) != 0xEA020000:
+            return []
+        f = [("ibody.magic", start, 4, "int")]
+        o, i = start + 4, 0
+        while o + 16 <= len(ib) and u32(ib, o) != 0:
+            nl = ib[o]
+            f += [("ibody.e[%d].e_name_len" % i, o, 1, "int"), ("ibody.e[%d].e_name_index" % i, o + 1, 1, "small"),
+                  ("ibody.e[%d].e_value_offs" % i, o + 2, 2, "int"),
+                  ("ibody.e[%d].e_value_inum" % i, o + 4, 4, "ino"),
+                  ("ibody.e[%d].e_value_size" % i, o + 8, 4, "int"), ("ibody.e[%d].e_hash" % i, o + 12, 4, "int")]
+            o += (16 + nl + 3) & ~3
+            i += 1
         return f
 
     def _xattr_fields(self, blk):
@@ -683,6 +795,8 @@ class Template:
         for kind, regs in self.regions.items():
             for r in regs:
                 spec = r["spec"]
+                if spec is None:
+                    continue
                 if spec[0] in ("bbitmap", "ibitmap"):
                     # uninitialised groups have no bitmap checksum to check
                     flags = u16(img, fs.gd_off(spec[1]) + 0x12)
@@ -698,8 +812,8 @@ class Template:
 # ----------------------------------------------------------------------------
 # mutation
 
-KIND_WEIGHTS = [("sb", 10), ("gd", 10), ("bbitmap", 5), ("ibitmap", 5), ("inode", 32),
-                ("extent", 10), ("dir", 20), ("xattr", 8)]
+KIND_WEIGHTS = [("sb", 10), ("gd", 10), ("bbitmap", 6), ("ibitmap", 6), ("inode", 32),
+                ("extent", 10), ("indirect", 10), ("dir", 20), ("xattr", 8)]
 
 
 def _interesting(rng, tmpl, size, hint, old):
@@ -765,6 +879,9 @@ def mutate_field(rng, tmpl, img, r, field):
     elif hint == "iflags" and rng.random() < 0.7:
         v = old ^ rng.choice(IFLAG_BITS)
         how = "flagflip"
+    elif hint == "gdflags" and rng.random() < 0.8:
+        v = old ^ rng.choice([1, 2, 4])     # INODE_UNINIT, BLOCK_UNINIT, ITABLE_ZEROED
+        how = "flagflip"
     elif hint == "flags" and rng.random() < 0.7:
         v = old ^ (1 << rng.randrange(8 * size))
         how = "bitflip"
@@ -800,6 +917,35 @@ def mutate_raw(rng, img, r):
     else:
         img[o + p:o + p + ln] = (b"\0" if fill == "zero" else b"\xff") * ln
     return "%s run of %d bytes at +%#x" % (fill, ln, p)
+
+
+def mutate_bitmap(rng, tmpl, img, r):
+    """Bitmap changes that matter: in-use things marked free (the allocator
+    hands them out again), free things marked in use."""
+    o, n = r["off"], r["len"]
+    bits = [i for i in range(n * 8) if tmpl.data[o + i // 8] >> (i % 8) & 1]
+    clear = [i for i in range(n * 8) if not tmpl.data[o + i // 8] >> (i % 8) & 1]
+    choices = ["free-used", "free-run", "use-free"]
+    fs = tmpl.fs
+    g = r["spec"][1]
+    tree_inos = [i - 1 - g * fs.ipg for i in tmpl.paths if g * fs.ipg < i <= (g + 1) * fs.ipg and i > 11]
+    if r["kind"] == "ibitmap" and tree_inos:
+        choices += ["free-tree-inode", "free-tree-inode"]
+    how = rng.choice(choices)
+    if how == "free-used" and bits:
+        pos = rng.sample(bits, min(len(bits), rng.randint(1, 32)))
+    elif how == "free-run" and bits:
+        p = rng.choice(bits)
+        pos = [i for i in bits if p <= i < p + rng.randint(2, 256)]
+    elif how == "free-tree-inode":
+        pos = rng.sample(tree_inos, min(len(tree_inos), rng.randint(1, 4)))
+    else:
+        how = "use-free"
+        pos = rng.sample(clear, min(len(clear), rng.randint(1, 32))) if clear else []
+    for i in pos:
+        img[o + i // 8] ^= 1 << (i % 8)
+    return "%s: %d bit(s) from %s" % (how, len(pos), ",".join(str(i) for i in sorted(pos)[:6]) +
+                                      ("..." if len(pos) > 6 else ""))
 
 
 def mutate_dir(rng, tmpl, img, r):
@@ -840,13 +986,17 @@ def make_case(templates, seed, n):
     kind = rng.choices([k for k, _ in kinds], [w for _, w in kinds])[0]
     regs = tmpl.regions[kind]
     if kind == "dir":
-        # favour the htree directory's index blocks and leaves
+        # one directory first (the htree one twice as likely), then one of its
+        # blocks: the index blocks of an htree half of the time
+        owners = sorted(set(r["owner"] for r in regs if r["owner"] != "/lost+found"))
+        owner = rng.choice(owners + [o for o in owners if o.endswith("/big")])
+        regs = [r for r in regs if r["owner"] == owner]
         idx = [r for r in regs if r["extra"]["sub"] != "dirleaf"]
         if idx and rng.random() < 0.5:
             regs = idx
     if kind == "inode":
         # favour the inodes of the populated tree over the 300 empty files
-        interesting = [r for r in regs if "/big/" not in r["desc"]]
+        interesting = [r for r in regs if "/big/" not in r["desc"] and "/full/" not in r["desc"]]
         if rng.random() < 0.85:
             regs = interesting
     r = rng.choice(regs)
@@ -856,6 +1006,8 @@ def make_case(templates, seed, n):
     for _ in range(nmut):
         if kind == "dir":
             descs.append(mutate_dir(rng, tmpl, img, r))
+        elif kind in ("bbitmap", "ibitmap") and rng.random() < 0.75:
+            descs.append(mutate_bitmap(rng, tmpl, img, r))
         elif r["fields"] and rng.random() < 0.75:
             descs.append(mutate_field(rng, tmpl, img, r, rng.choice(r["fields"])))
         else:
@@ -869,17 +1021,45 @@ def make_case(templates, seed, n):
             pass
     desc = "[%s] %s: %s%s" % (tmpl.name, r["desc"], "; ".join(descs), " +csum-refix" if fix else "")
     walk_seed = rng.getrandbits(32)
-    return tmpl, img, desc, walk_seed
+    remount = kind in ("bbitmap", "ibitmap", "gd") or rng.random() < 0.25
+    walkers = 2 if rng.random() < 0.2 else 1
+    if remount:
+        desc += " +remount"
+    if walkers > 1:
+        desc += " +%d-walkers" % walkers
+    return dict(tmpl=tmpl, img=img, desc=desc, walk_seed=walk_seed, focus=r.get("owner"),
+                remount=remount, walkers=walkers)
 
 
 # ----------------------------------------------------------------------------
 # the walker (runs in a child process, against the mount)
 
-def walker(mnt, seed):
+def walker(mnt, seed, focus=None):
+    """Walk the whole tree, then modify it, with extra work on `focus` (the
+    path, relative to the mount, of the object whose metadata was corrupted).
+    Every operation may fail with an OSError; the parent enforces the time
+    limit.  Prints "op DESC" before each operation so that a hang can be
+    attributed, and "done ops=N errors=M" at the end."""
+    import ctypes
+    import errno as errno_mod
     rng = random.Random(seed)
     out = sys.stdout
     deadline = time.monotonic() + 60
     state = {"nops": 0, "nerr": 0}
+    errs = {}
+    libc = ctypes.CDLL(None, use_errno=True)
+    # Confine every path to the mount: a corrupted image can hold symlinks to
+    # anywhere (absolute targets, "../../.."), and a directory entry can come
+    # to point at one while we work.  Inside the chroot they cannot escape.
+    out.write("op chroot %s\n" % mnt)
+    out.flush()
+    try:
+        os.chroot(mnt)
+        os.chdir("/")
+    except OSError as e:
+        out.write("done ops=0 errors=1 chroot:%s\n" % errno_mod.errorcode.get(e.errno, e.errno))
+        return 0
+    mnt = "/"
 
     def op(desc, fn, *a, **kw):
         out.write("op %s\n" % desc)
@@ -889,11 +1069,31 @@ def walker(mnt, seed):
             return fn(*a, **kw)
         except OSError as e:
             state["nerr"] += 1
+            name = errno_mod.errorcode.get(e.errno, str(e.errno))
+            errs[name] = errs.get(name, 0) + 1
             return None
+
+    def cerr(r):
+        if r != 0:
+            e = ctypes.get_errno()
+            raise OSError(e, os.strerror(e))
 
     regs, dirs, links, others = [], [mnt], [], []
     seen = set()
     MAXREAD = 16 << 20
+
+    def seek_walk(fd, size):
+        pos, n = 0, 0
+        while pos < size and n < 64:
+            n += 1
+            try:
+                d = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError:
+                break
+            h = os.lseek(fd, d, os.SEEK_HOLE)
+            if h <= pos:
+                break
+            pos = h
 
     def read_all(p):
         fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
@@ -904,11 +1104,7 @@ def walker(mnt, seed):
                 if not b:
                     break
                 total += len(b)
-            for whence in (getattr(os, "SEEK_DATA", 3), getattr(os, "SEEK_HOLE", 4)):
-                try:
-                    os.lseek(fd, 0, whence)
-                except OSError:
-                    pass
+            seek_walk(fd, os.fstat(fd).st_size)
             return total
         finally:
             os.close(fd)
@@ -918,57 +1114,175 @@ def walker(mnt, seed):
         for nm in names[:64]:
             op("getxattr %s %s" % (p, nm), os.getxattr, p, nm, follow_symlinks=False)
 
-    op("statvfs", os.statvfs, mnt)
-    stack = [(mnt, 0)]
-    nentries = 0
-    while stack and time.monotonic() < deadline:
-        d, depth = stack.pop()
-        st = op("lstat %s" % d, os.lstat, d)
-        if st is None:
-            continue
-        if (st.st_dev, st.st_ino) in seen:
-            continue
-        seen.add((st.st_dev, st.st_ino))
-        names = op("listdir %s" % d, os.listdir, d)
-        op("listxattr %s" % d, xattrs, d)
-        if not names:
-            continue
-        for nm in names[:20000]:
-            nentries += 1
-            if nentries > 50000:
-                break
-            p = os.path.join(d, nm)
-            st = op("lstat %s" % p, os.lstat, p)
-            if st is None:
+    def walk(root):
+        stack = [(root, 0)]
+        nentries = 0
+        while stack and time.monotonic() < deadline:
+            d, depth = stack.pop()
+            st = op("lstat %s" % d, os.lstat, d)
+            if st is None or not stat.S_ISDIR(st.st_mode):
                 continue
-            op("listxattr %s" % p, xattrs, p)
-            if stat.S_ISDIR(st.st_mode):
-                dirs.append(p)
-                if depth < 40:
-                    stack.append((p, depth + 1))
-            elif stat.S_ISLNK(st.st_mode):
-                links.append(p)
-                op("readlink %s" % p, os.readlink, p)
-            elif stat.S_ISREG(st.st_mode):
-                regs.append(p)
-                op("read %s" % p, read_all, p)
-            else:
-                others.append(p)
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            names = op("listdir %s" % d, os.listdir, d)
+            op("listxattr %s" % d, xattrs, d)
+            if not names:
+                continue
+            for nm in names[:20000]:
+                nentries += 1
+                if nentries > 50000:
+                    break
+                p = os.path.join(d, nm)
+                st = op("lstat %s" % p, os.lstat, p)
+                if st is None:
+                    continue
+                op("listxattr %s" % p, xattrs, p)
+                if stat.S_ISDIR(st.st_mode):
+                    dirs.append(p)
+                    if depth < 40:
+                        stack.append((p, depth + 1))
+                elif stat.S_ISLNK(st.st_mode):
+                    links.append(p)
+                    op("readlink %s" % p, os.readlink, p)
+                elif stat.S_ISREG(st.st_mode):
+                    regs.append(p)
+                    op("read %s" % p, read_all, p)
+                else:
+                    others.append(p)
 
-    # a few modifications; every one may fail
-    def write_file(p, data, flags):
-        fd = os.open(p, flags, 0o644)
+    payload = bytes(rng.getrandbits(8) for _ in range(256)) * 256    # 64 KiB
+
+    def write_file(p, data, flags, off=None):
+        fd = os.open(p, flags | os.O_NOFOLLOW, 0o644)
         try:
-            os.write(fd, data)
+            if off is None:
+                os.write(fd, data)
+            else:
+                os.pwrite(fd, data, off)
             if rng.random() < 0.5:
                 os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def fallocate(p, mode, off, ln):
+        fd = os.open(p, os.O_WRONLY | os.O_NOFOLLOW)
+        try:
+            cerr(libc.fallocate(fd, ctypes.c_int(mode), ctypes.c_long(off), ctypes.c_long(ln)))
+        finally:
+            os.close(fd)
+
+    def syncfs(p):
+        fd = os.open(p, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            cerr(libc.syncfs(fd))
         finally:
             os.close(fd)
 
     def pick(lst):
         return rng.choice(lst) if lst else None
 
-    payload = bytes(rng.getrandbits(8) for _ in range(256)) * 48
+    def rname(prefix):
+        return prefix + "_" + "%x" % rng.getrandbits(24) + "y" * rng.choice([0, 0, 5, 30, 100, 200])
+
+    # ---- focused work on the corrupted object
+    def focus_dir(d):
+        names = op("listdir %s" % d, os.listdir, d) or []
+        for nm in names[:300]:
+            op("lstat %s/%s" % (d, nm), os.lstat, os.path.join(d, nm))
+        for ln in (1, 2, 3, 7, 8, 12, 15, 16, 31, 32, 60, 100, 200, 250, 254, 255):
+            op("probe %s len %d" % (d, ln), os.lstat, os.path.join(d, "q" * ln))
+        made = []
+        for i in range(rng.randint(5, 40)):
+            p = os.path.join(d, rname("fzc%02d" % i))
+            if op("create %s" % p, write_file, p, payload[:rng.choice([0, 10, 5000])],
+                  os.O_CREAT | os.O_WRONLY) is not None or os.path.lexists(p):
+                made.append(p)
+        sub = os.path.join(d, "fz_subdir")
+        op("mkdir %s" % sub, os.mkdir, sub)
+        op("create %s/x" % sub, write_file, os.path.join(sub, "x"), b"x", os.O_CREAT | os.O_WRONLY)
+        victims = [os.path.join(d, n) for n in names if n not in (".", "..")]
+        rng.shuffle(victims)
+        for v in victims[:8]:
+            if rng.random() < 0.5:
+                op("unlink %s" % v, os.unlink, v)
+            else:
+                op("rename %s" % v, os.rename, v, os.path.join(pick(dirs) or mnt, rname("fzmv")))
+        for v in victims[8:12]:
+            op("rename-in %s" % v, os.rename, v, os.path.join(d, rname("fzren")))
+        for p in made[:10]:
+            op("unlink %s" % p, os.unlink, p)
+        op("rename subdir", os.rename, sub, os.path.join(mnt, rname("fzsub")))
+        op("setxattr %s" % d, os.setxattr, d, "user.fzdir", payload[:rng.choice([8, 200, 1500])])
+        op("listdir %s" % d, os.listdir, d)
+        op("rmdir %s" % d, os.rmdir, d)
+
+    def focus_reg(p):
+        op("read %s" % p, read_all, p)
+        st = op("lstat %s" % p, os.lstat, p)
+        size = st.st_size if st else 0
+        for off in (0, 4096, 5000, 12288, 40000, size, size + 8192, 1 << 20):
+            op("pwrite %s @%d" % (p, off), write_file, p, payload[:rng.choice([1, 4096, 9000])],
+               os.O_WRONLY, off)
+        op("read %s" % p, read_all, p)
+        for mode, off, ln in ((0, 0, 65536), (1, 100000, 50000), (3, 4096, 8192),
+                              (3, 0, 1 << 20), (0x10, 8192, 4096)):
+            op("fallocate %s %d %d %d" % (p, mode, off, ln), fallocate, p, mode, off, ln)
+        op("truncate %s" % p, os.truncate, p, rng.choice([0, 1, 4095, 5000, size // 2, size + 100000]))
+        op("read %s" % p, read_all, p)
+        op("append %s" % p, write_file, p, payload[:20000], os.O_WRONLY | os.O_APPEND)
+        op("chmod %s" % p, os.chmod, p, 0o640)
+        op("utime %s" % p, os.utime, p, (1, 2))
+        op("setxattr %s" % p, os.setxattr, p, "user.fz1", payload[:rng.choice([4, 100, 3000])])
+        op("setxattr %s" % p, os.setxattr, p, "user.fz2", payload[:rng.choice([4, 100, 3000])])
+        op("listxattr %s" % p, xattrs, p)
+        op("removexattr %s" % p, os.removexattr, p, "user.big")
+        op("removexattr %s" % p, os.removexattr, p, "user.fz1")
+        ln = os.path.join(mnt, rname("fzln"))
+        op("link %s" % p, os.link, p, ln)
+        op("unlink %s" % ln, os.unlink, ln)
+        op("rename %s" % p, os.rename, p, p + ".fzr")
+        op("unlink %s" % p, os.unlink, p + ".fzr")
+
+    def focus_other(p):
+        op("readlink %s" % p, os.readlink, p)
+        op("listxattr %s" % p, xattrs, p)
+        op("rename %s" % p, os.rename, p, os.path.join(mnt, rname("fzo")))
+
+    def alloc_heavy():
+        d = os.path.join(mnt, "fz_alloc")
+        op("mkdir %s" % d, os.mkdir, d)
+        for i in range(rng.randint(5, 30)):
+            p = os.path.join(d, "f%02d" % i)
+            op("create %s" % p, write_file, p, payload[:rng.choice([1, 4096, 65536])],
+               os.O_CREAT | os.O_WRONLY)
+        p = os.path.join(mnt, "fz_big")
+        for k in range(rng.randint(1, 24)):
+            op("write %s #%d" % (p, k), write_file, p, payload, os.O_CREAT | os.O_WRONLY | os.O_APPEND)
+        op("fallocate %s" % p, fallocate, p, 0, 0, 4 << 20)
+        op("read %s" % p, read_all, p)
+        for i in range(rng.randint(1, 8)):
+            op("mkdir", os.mkdir, os.path.join(d, "sub%d" % i))
+        op("unlink %s" % p, os.unlink, p)
+
+    # ---- the walk, then the work
+    op("statvfs", os.statvfs, mnt)
+    walk(mnt)
+    fpath = os.path.join(mnt, focus.lstrip("/")) if focus and focus.startswith("/") else None
+    if fpath:
+        st = op("lstat focus %s" % fpath, os.lstat, fpath)
+        if st is not None:
+            if stat.S_ISDIR(st.st_mode):
+                focus_dir(fpath)
+            elif stat.S_ISREG(st.st_mode):
+                focus_reg(fpath)
+            else:
+                focus_other(fpath)
+        # the big directory is where htree bugs live
+    else:
+        alloc_heavy()
+
+    # a little of everything, anywhere
     op("create", write_file, os.path.join(mnt, "fz_new"), payload[:10000],
        os.O_CREAT | os.O_EXCL | os.O_WRONLY)
     r = pick(regs)
@@ -976,27 +1290,22 @@ def walker(mnt, seed):
         op("append %s" % r, write_file, r, payload[:5000], os.O_WRONLY | os.O_APPEND)
     r = pick(regs)
     if r:
-        def overwrite(p):
-            fd = os.open(p, os.O_WRONLY)
-            try:
-                os.pwrite(fd, payload[:3000], rng.randrange(0, 65536))
-            finally:
-                os.close(fd)
-        op("pwrite %s" % r, overwrite, r)
+        op("pwrite %s" % r, write_file, r, payload[:3000], os.O_WRONLY, rng.randrange(0, 65536))
     d = pick(dirs) or mnt
     nd = os.path.join(d, "fz_dir")
     op("mkdir %s" % nd, os.mkdir, nd)
-    op("create in %s" % nd, write_file, os.path.join(nd, "f"), payload[:100],
-       os.O_CREAT | os.O_WRONLY)
-    big = [x for x in dirs if x.endswith("/big")]
-    d = big[0] if big and rng.random() < 0.6 else (pick(dirs) or mnt)
-    for i in range(rng.randint(1, 12)):
-        op("create %s/fz%02d" % (d, i), write_file, os.path.join(d, "fz_entry_%02d_%s" % (i, "x" * rng.randrange(60))),
-           b"", os.O_CREAT | os.O_WRONLY)
+    op("create in %s" % nd, write_file, os.path.join(nd, "f"), payload[:100], os.O_CREAT | os.O_WRONLY)
+    for d in [x for x in dirs if x.endswith(("/big", "/full"))] + [pick(dirs) or mnt]:
+        for i in range(rng.randint(1, 12)):
+            p = os.path.join(d, rname("fz_entry_%02d" % i))
+            op("create %s" % p, write_file, p, b"", os.O_CREAT | os.O_WRONLY)
+    # new entries under a default ACL
+    op("create /d/fz_acl", write_file, "/d/fz_acl", b"acl", os.O_CREAT | os.O_WRONLY)
+    op("mkdir /d/fz_acldir", os.mkdir, "/d/fz_acldir")
+    op("getxattr /d/fz_acldir", os.getxattr, "/d/fz_acldir", "system.posix_acl_default")
     src = pick(regs + links + others)
     if src:
-        dst = os.path.join(pick(dirs) or mnt, "fz_renamed")
-        op("rename %s %s" % (src, dst), os.rename, src, dst)
+        op("rename %s" % src, os.rename, src, os.path.join(pick(dirs) or mnt, "fz_renamed"))
     victim = pick(regs + links)
     if victim:
         op("unlink %s" % victim, os.unlink, victim)
@@ -1017,20 +1326,12 @@ def walker(mnt, seed):
     op("rename dir", os.rename, nd, os.path.join(mnt, "fz_dir2"))
     op("unlink fz_dir2/f", os.unlink, os.path.join(mnt, "fz_dir2", "f"))
     op("rmdir fz_dir2", os.rmdir, os.path.join(mnt, "fz_dir2"))
-
-    def syncfs(p):
-        import ctypes
-        fd = os.open(p, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            if libc.syncfs(fd) != 0:
-                e = ctypes.get_errno()
-                raise OSError(e, os.strerror(e))
-        finally:
-            os.close(fd)
     op("syncfs", syncfs, mnt)
-    op("final listdir", os.listdir, mnt)
-    out.write("done ops=%d errors=%d\n" % (state["nops"], state["nerr"]))
+    # and look at everything once more: what the daemon wrote must read back
+    seen.clear()
+    walk(mnt)
+    out.write("done ops=%d errors=%d %s\n" % (state["nops"], state["nerr"],
+                                            ",".join("%s:%d" % kv for kv in sorted(errs.items()))))
     out.flush()
     return 0
 
@@ -1097,22 +1398,29 @@ def fusermount_u(mnt, lazy=False):
 
 
 class Case:
-    def __init__(self, args, workdir, templates, seed, n, image=None, walk_seed=None):
+    def __init__(self, args, workdir, templates, seed, n, image=None, walk_seed=None, focus=None,
+                 remount=False, walkers=1):
         self.args = args
         self.n = n
         self.seed = seed
+        self.workdir = workdir
         self.dir = os.path.join(workdir, "case-%d" % n)
         self.mnt = os.path.join(self.dir, "mnt")
         self.img = os.path.join(self.dir, "image")
         self.proc = None
-        self.walker = None
+        self.walkers = []
         self.devnum = None
         self.desc = ""
         self.templates = templates
         self.image_src = image
         self.walk_seed = walk_seed
+        self.focus = focus
+        self.remount = remount
+        self.nwalkers = walkers
         self.detail = []
         self.gdb = ""
+        self.outcome = "not run"
+        self.walk_stats = None
 
     def prepare(self):
         os.makedirs(self.mnt, exist_ok=True)
@@ -1122,9 +1430,11 @@ class Case:
             if self.walk_seed is None:
                 self.walk_seed = 0
             return
-        _, img, self.desc, self.walk_seed = make_case(self.templates, self.seed, self.n)
+        c = make_case(self.templates, self.seed, self.n)
+        self.desc, self.walk_seed, self.focus = c["desc"], c["walk_seed"], c["focus"]
+        self.remount, self.nwalkers = c["remount"], c["walkers"]
         with open(self.img, "wb") as f:
-            f.write(img)
+            f.write(c["img"])
 
     def log(self):
         try:
@@ -1134,19 +1444,31 @@ class Case:
             return ""
 
     def run(self):
-        """Returns (classification or None, detail)."""
+        """Returns None (pass) or (classification, detail)."""
         self.prepare()
-        errf = open(os.path.join(self.dir, "stderr"), "wb")
-        env = dict(os.environ)
-        env.setdefault("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:print_summary=1:"
-                       "handle_abort=1:allow_user_segv_handler=0")
-        env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1")
-        try:
-            self.proc = subprocess.Popen([self.args.rrfuse, self.img, self.mnt, "-f"],
+        res = self.session(0)
+        if res is None and self.outcome == "mounted" and self.remount and not STOP.is_set():
+            # mount what the first session left behind, and walk it again
+            res = self.session(1)
+            if res:
+                res = (res[0], "second mount: " + res[1])
+        return res
+
+    def session(self, k):
+        self.devnum = None
+        self.walkers = []
+        with open(os.path.join(self.dir, "stderr"), "ab") as errf:
+            if k:
+                errf.write(b"---- second mount ----\n")
+                errf.flush()
+            env = dict(os.environ)
+            env.setdefault("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:print_summary=1:"
+                           "handle_abort=1:allow_user_segv_handler=0")
+            env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1")
+            self.proc = subprocess.Popen([self.args.rrfuse_copy, self.img, self.mnt, "-f"] +
+                                         (["-o", self.args.opts] if self.args.opts else []),
                                          stdin=subprocess.DEVNULL, stdout=errf, stderr=errf,
                                          env=env, start_new_session=True)
-        finally:
-            errf.close()
         # wait for the mount or for the daemon to give up
         deadline = time.monotonic() + MOUNT_TIMEOUT
         mounted = False
@@ -1159,6 +1481,8 @@ class Case:
             if self.proc.poll() is not None:
                 break
             time.sleep(0.005)
+        if k == 0:
+            self.outcome = "mounted" if mounted else "refused"
         if not mounted:
             if self.proc.poll() is None:
                 self.gdb = gdb_backtrace(self.proc.pid)
@@ -1167,31 +1491,45 @@ class Case:
             if mountinfo_entry(self.mnt):
                 fusermount_u(self.mnt, lazy=True)
             return self.classify_exit(self.proc.returncode, refused=True)
-        # walk and modify in a child
+        # walk and modify in child processes
         hang = None
-        self.walker = subprocess.Popen([sys.executable, "-I", "-S", os.path.abspath(__file__),
-                                        "--walk", self.mnt, "--walk-seed", str(self.walk_seed)],
-                                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                       stderr=subprocess.STDOUT)
-        try:
-            wout, _ = self.walker.communicate(timeout=WALK_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            if self.proc.poll() is None:
-                self.gdb = gdb_backtrace(self.proc.pid)
-            abort_connection(self.devnum)
-            self.walker.kill()
+        walker_py = os.path.join(self.workdir, "rrfuzz_walker.py")
+        for w in range(self.nwalkers):
+            self.walkers.append(subprocess.Popen(
+                [sys.executable, "-I", "-S", walker_py, "--walk", self.mnt,
+                 "--walk-seed", str(self.walk_seed + 1000 * w + k)] +
+                (["--focus", self.focus] if self.focus else []),
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+        deadline = time.monotonic() + WALK_TIMEOUT
+        outs = []
+        for w in self.walkers:
             try:
-                wout, _ = self.walker.communicate(timeout=30)
+                wout, _ = w.communicate(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                wout = b""
-            hang = "walk did not finish within %ds" % WALK_TIMEOUT
-        wlines = wout.decode("utf-8", "replace").splitlines()
-        self.walker_tail = wlines[-3:]
-        if hang:
-            last = [l for l in wlines if l.startswith("op ")]
-            hang += "; last op: %s" % (last[-1][3:] if last else "(none)")
-        elif wlines and not wlines[-1].startswith("done"):
-            self.detail.append("walker: " + " | ".join(wlines[-3:]))
+                if not hang:
+                    if self.proc.poll() is None:
+                        self.gdb = gdb_backtrace(self.proc.pid)
+                    abort_connection(self.devnum)
+                    hang = "walk did not finish within %ds" % WALK_TIMEOUT
+                for x in self.walkers:
+                    if x.poll() is None:
+                        x.kill()
+                try:
+                    wout, _ = w.communicate(timeout=30)
+                except subprocess.TimeoutExpired:
+                    wout = b""
+            outs.append(wout.decode("utf-8", "replace").splitlines())
+        for wlines in outs:
+            if hang:
+                last = [l for l in wlines if l.startswith("op ")]
+                hang += "; last op: %s" % (last[-1][3:] if last else "(none)")
+            elif wlines and wlines[-1].startswith("done"):
+                m = re.match(r"done ops=(\d+) errors=(\d+)", wlines[-1])
+                if m:
+                    a, b = self.walk_stats or (0, 0)
+                    self.walk_stats = (a + int(m.group(1)), b + int(m.group(2)))
+            else:
+                self.detail.append("walker: " + " | ".join(wlines[-3:]))
         # unmount
         ok = False
         for _ in range(30):
@@ -1257,13 +1595,22 @@ class Case:
 
     def emergency_cleanup(self):
         abort_connection(self.devnum)
-        if self.walker and self.walker.poll() is None:
-            self.walker.kill()
+        for w in self.walkers:
+            if w.poll() is None:
+                w.kill()
         self.kill_daemon()
 
 
 def repro_cmd(args, seed, n):
-    return "python3 %s --rrfuse %s --seed %s --one %d" % (os.path.abspath(__file__), args.rrfuse, seed, n)
+    return "python3 %s --rrfuse %s%s --seed %s --one %d" % (
+        os.path.abspath(__file__), args.rrfuse, " --opts '%s'" % args.opts if args.opts else "", seed, n)
+
+
+def replay_cmd(args, image, walk_seed, focus, remount=False, walkers=1):
+    return "python3 %s --rrfuse %s%s --replay %s --walk-seed %d%s%s%s" % (
+        os.path.abspath(__file__), args.rrfuse, " --opts '%s'" % args.opts if args.opts else "",
+        image, walk_seed, " --focus '%s'" % focus if focus else "", " --remount" if remount else "",
+        " --walkers %d" % walkers if walkers > 1 else "")
 
 
 def run_one(args, workdir, templates, seed, n):
@@ -1276,12 +1623,14 @@ def run_one(args, workdir, templates, seed, n):
         res = c.run()
     except Exception as e:            # harness trouble: report, do not hide
         c.emergency_cleanup()
+        import traceback
         res = ("ERROR", "harness error: %r" % (e,))
+        c.detail.append(traceback.format_exc())
     finally:
         with ACTIVE_LOCK:
             ACTIVE.pop(n, None)
     out = dict(n=n, desc=c.desc, walk_seed=c.walk_seed, result=res, log=c.log(), gdb=c.gdb,
-               detail=c.detail, dir=c.dir)
+               detail=c.detail, dir=c.dir, outcome=c.outcome, walk_stats=c.walk_stats)
     if res and args.keep_failed and not STOP.is_set():
         keep_failure(args, c, seed, res)
     shutil.rmtree(c.dir, ignore_errors=True)
@@ -1295,19 +1644,18 @@ def keep_failure(args, c, seed, res):
     if c.image_src:
         shutil.copyfile(c.image_src, os.path.join(d, "image"))
     else:
-        _, img, _, _ = make_case(c.templates, seed, c.n)
         with open(os.path.join(d, "image"), "wb") as f:
-            f.write(img)
+            f.write(make_case(c.templates, seed, c.n)["img"])
     with open(os.path.join(d, "stderr"), "w") as f:
         f.write(c.log())
     if c.gdb:
         with open(os.path.join(d, "gdb-backtrace"), "w") as f:
             f.write(c.gdb)
     with open(os.path.join(d, "README"), "w") as f:
-        f.write("seed %s case %d\nmutation: %s\nclass: %s\ndetail: %s\nwalk seed: %d\n"
-                "reproduce: %s\nreplay this image: python3 %s --rrfuse %s --replay %s --walk-seed %d\n"
-                % (seed, c.n, c.desc, res[0], res[1], c.walk_seed, repro_cmd(args, seed, c.n),
-                   os.path.abspath(__file__), args.rrfuse, os.path.join(d, "image"), c.walk_seed))
+        f.write("seed %s case %d\nmutation: %s\nclass: %s\ndetail: %s\nwalk seed: %d, focus: %s\n"
+                "reproduce: %s\nreplay this image: %s\n"
+                % (seed, c.n, c.desc, res[0], res[1], c.walk_seed, c.focus, repro_cmd(args, seed, c.n),
+                   replay_cmd(args, os.path.join(d, "image"), c.walk_seed, c.focus, c.remount, c.nwalkers)))
 
 
 def cleanup_all():
@@ -1326,12 +1674,16 @@ def main():
     ap.add_argument("--count", type=int, default=500, help="number of cases (default 500)")
     ap.add_argument("--seed", default=None, help="run seed (default: time-based, printed)")
     ap.add_argument("--rrfuse", default=DEFAULT_RRFUSE, help="daemon binary (default build-dev/rrfuse)")
+    ap.add_argument("--opts", default="", help="mount options for rrfuse (-o), e.g. 'check'")
     ap.add_argument("--jobs", type=int, default=2, help="cases in parallel (default 2)")
     ap.add_argument("--keep-failed", metavar="DIR", help="keep failing images, logs and backtraces here")
     ap.add_argument("--one", type=int, metavar="N", help="run only case N of the seed")
     ap.add_argument("--first", type=int, default=0, metavar="N", help="first case number (default 0)")
     ap.add_argument("--replay", metavar="IMAGE", help="mount and walk an already mutated image")
     ap.add_argument("--walk-seed", type=int, default=None, help="walk seed for --replay (printed in failure reports)")
+    ap.add_argument("--focus", metavar="PATH", help="with --replay: the corrupted object's path in the image")
+    ap.add_argument("--remount", action="store_true", help="with --replay: mount a second time after the first")
+    ap.add_argument("--walkers", type=int, default=1, help="with --replay: walkers in parallel (default 1)")
     ap.add_argument("--time-limit", type=float, default=0, metavar="SECONDS",
                     help="stop starting new cases after this long (0: no limit)")
     ap.add_argument("--workdir", default=None, help="scratch directory (default: a new one in /var/tmp)")
@@ -1340,7 +1692,7 @@ def main():
     args = ap.parse_args()
 
     if args.walk:
-        sys.exit(walker(args.walk, args.walk_seed or 0))
+        sys.exit(walker(args.walk, args.walk_seed or 0, args.focus))
 
     if os.geteuid() != 0:
         sys.exit("rrfuzz: needs root (FUSE mounts, connection aborts)")
@@ -1356,6 +1708,12 @@ def main():
     seed = args.seed if args.seed is not None else str(int(time.time()))
 
     workdir = tempfile.mkdtemp(prefix="rrfuzz-", dir=args.workdir or "/var/tmp")
+    # run a private copy: a rebuild of the binary in the middle of a run must
+    # not make cases fail (reports name the original path)
+    args.rrfuse_copy = os.path.join(workdir, "rrfuse")
+    shutil.copy2(args.rrfuse, args.rrfuse_copy)
+    # and of this script, for the walkers (editing it mid-run changes nothing)
+    shutil.copy2(os.path.abspath(__file__), os.path.join(workdir, "rrfuzz_walker.py"))
 
     def on_signal(signum, frame):
         raise KeyboardInterrupt
@@ -1363,6 +1721,7 @@ def main():
     signal.signal(signal.SIGHUP, on_signal)
 
     passed = failed = 0
+    stats = {"mounted": 0, "refused": 0, "ops": 0, "op errors": 0}
     t0 = time.monotonic()
     try:
         if args.replay:
@@ -1379,17 +1738,26 @@ def main():
             if out is None:
                 return
             res = out["result"]
+            stats[out["outcome"]] = stats.get(out["outcome"], 0) + 1
+            if out["walk_stats"]:
+                stats["ops"] += out["walk_stats"][0]
+                stats["op errors"] += out["walk_stats"][1]
+            if args.verbose and out["detail"]:
+                print("note case %d: %s" % (out["n"], "; ".join(out["detail"])), flush=True)
             if res is None:
                 passed += 1
                 if args.verbose:
-                    print("ok   case %d: %s" % (out["n"], out["desc"]), flush=True)
+                    first = out["log"].strip().splitlines()[:1] if out["outcome"] == "refused" else []
+                    print("ok   case %d (%s%s%s): %s" % (out["n"], out["outcome"],
+                                                        ": " + first[0][:120] if first else "",
+                                                        " ops=%d err=%d" % out["walk_stats"] if out["walk_stats"] else "",
+                                                        out["desc"]), flush=True)
                 return
             failed += 1
             print("FAIL seed=%s case=%d %s: %s | %s | reproduce: %s"
                   % (seed, out["n"], res[0], res[1], out["desc"],
                      repro_cmd(args, seed, out["n"]) if not args.replay else
-                     "python3 %s --rrfuse %s --replay %s --walk-seed %d"
-                     % (os.path.abspath(__file__), args.rrfuse, args.replay, out["walk_seed"])),
+                     replay_cmd(args, args.replay, out["walk_seed"], args.focus, args.remount, args.walkers)),
                   flush=True)
             if args.one is not None or args.replay or args.verbose:
                 if out["log"]:
@@ -1399,13 +1767,13 @@ def main():
 
         if args.replay:
             c = Case(args, workdir, None, seed, 0, image=os.path.abspath(args.replay),
-                     walk_seed=args.walk_seed)
+                     walk_seed=args.walk_seed, focus=args.focus, remount=args.remount, walkers=args.walkers)
             with ACTIVE_LOCK:
                 ACTIVE[0] = c
             res = c.run()
             ACTIVE.pop(0, None)
             report(dict(n=0, desc=c.desc, walk_seed=c.walk_seed, result=res, log=c.log(), gdb=c.gdb,
-                        detail=c.detail, dir=c.dir))
+                        detail=c.detail, dir=c.dir, outcome=c.outcome, walk_stats=c.walk_stats))
         else:
             ex = concurrent.futures.ThreadPoolExecutor(max(1, args.jobs))
             try:
@@ -1444,7 +1812,8 @@ def main():
         cleanup_all()
         shutil.rmtree(workdir, ignore_errors=True)
     elapsed = time.monotonic() - t0
-    print("rrfuzz: elapsed %.1fs" % elapsed, file=sys.stderr, flush=True)
+    print("rrfuzz: %.1fs; %s" % (elapsed, ", ".join("%s %d" % kv for kv in stats.items())),
+          file=sys.stderr, flush=True)
     print("rrfuzz: %d passed, %d failed" % (passed, failed), flush=True)
     sys.exit(1 if failed or STOP.is_set() else 0)
 
