@@ -57,15 +57,40 @@ static int emap_append(struct rr_emap *m, uint32_t lblk, uint32_t len, uint64_t 
 	return 0;
 }
 
+struct blockmap_ctx {
+	struct rr_emap *m;
+	errcode_t err;
+};
+
 static int load_blockmap_cb(ext2_filsys fs, blk64_t *blocknr, e2_blkcnt_t blockcnt, blk64_t ref_blk,
 			    int ref_offset, void *priv)
 {
-	(void)fs;
+	struct blockmap_ctx *c = priv;
+
 	(void)ref_blk;
 	(void)ref_offset;
 	if (blockcnt < 0)
 		return 0;
-	return emap_append(priv, (uint32_t)blockcnt, 1, *blocknr, 0) ? BLOCK_ABORT : 0;
+	if (*blocknr < fs->super->s_first_data_block || *blocknr >= ext2fs_blocks_count(fs->super) ||
+	    (uint64_t)blockcnt >= (1ULL << 32)) {
+		c->err = EXT2_ET_BAD_BLOCK_NUM;	/* a corrupt block map: the file gives EIO */
+		return BLOCK_ABORT;
+	}
+	if (emap_append(c->m, (uint32_t)blockcnt, 1, *blocknr, 0)) {
+		c->err = EXT2_ET_NO_MEMORY;
+		return BLOCK_ABORT;
+	}
+	return 0;
+}
+
+/* The block map of an ext2/3-style (indirect) file. */
+static errcode_t load_blockmap(ext2_filsys fs, ext2_ino_t ino, struct rr_emap *m)
+{
+	struct blockmap_ctx c = { .m = m };
+	errcode_t err = ext2fs_block_iterate3(fs, ino, BLOCK_FLAG_READ_ONLY | BLOCK_FLAG_DATA_ONLY, NULL,
+					      load_blockmap_cb, &c);
+
+	return err ? err : c.err;
 }
 
 static errcode_t load_extents(ext2_filsys fs, ext2_ino_t ino, struct ext2_inode_large *in,
@@ -131,8 +156,7 @@ int emap_ensure(struct rr_fs *rfs, struct rr_inode *ri)
 		if (in.i_flags & EXT4_EXTENTS_FL)
 			err = load_extents(rfs->fs, ri->ino, &in, &m);
 		else
-			err = ext2fs_block_iterate3(rfs->fs, ri->ino, BLOCK_FLAG_READ_ONLY | BLOCK_FLAG_DATA_ONLY,
-						    NULL, load_blockmap_cb, &m);
+			err = load_blockmap(rfs->fs, ri->ino, &m);
 	}
 	if (err) {
 		rr_fs_unlock(rfs);
@@ -329,8 +353,7 @@ static void emap_verify(struct rr_fs *rfs, struct rr_inode *ri, struct ext2_inod
 	if (in->i_flags & EXT4_EXTENTS_FL)
 		err = load_extents(rfs->fs, ri->ino, in, &chk);
 	else
-		err = ext2fs_block_iterate3(rfs->fs, ri->ino, BLOCK_FLAG_READ_ONLY | BLOCK_FLAG_DATA_ONLY,
-					    NULL, load_blockmap_cb, &chk);
+		err = load_blockmap(rfs->fs, ri->ino, &chk);
 	if (err || chk.n != ri->emap.n)
 		rr_log(LOG_ERR, "check: inode %u: tree has %u extents (%s), cache %u", ri->ino, chk.n,
 		       err ? error_message(err) : "ok", ri->emap.n);
@@ -370,7 +393,11 @@ int emap_map(struct rr_fs *rfs, struct rr_inode *ri, struct ext2_inode_large *in
 	if (!ri->emap.v)
 		atomic_store_explicit(&ri->emap_loaded, 0, memory_order_release);
 	ret = inode_write(rfs, ri->ino, in);
-	if (!ret && rfs->opts.check)
+	/*
+	 * Extent-mapped files only: an ext2/3 block map damaged on disk can
+	 * map one block twice, and the cache then differs by no fault of ours.
+	 */
+	if (!ret && rfs->opts.check && (in->i_flags & EXT4_EXTENTS_FL))
 		emap_verify(rfs, ri, in);
 	return ret;
 }
@@ -395,13 +422,19 @@ int emap_tree_map(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in
 	} else {
 		uint32_t i;
 
-		/* Block-mapped (ext2/3) files: one pointer at a time. */
+		/* Block-mapped (ext2/3) files: one pointer at a time, indirect blocks as needed. */
 		err = 0;
 		for (i = 0; i < len && !err; i++) {
 			blk64_t b = pblk + i;
 
-			err = ext2fs_bmap2(fs, ino, (struct ext2_inode *)in, NULL, BMAP_SET, lblk + i,
-					   NULL, &b);
+			err = ext2fs_bmap2(fs, ino, (struct ext2_inode *)in, NULL, BMAP_ALLOC | BMAP_SET,
+					   lblk + i, NULL, &b);
+		}
+		/* The caller frees the whole run on failure: unhook what was set. */
+		while (err && i-- > 1) {
+			blk64_t zero = 0;
+
+			ext2fs_bmap2(fs, ino, (struct ext2_inode *)in, NULL, BMAP_SET, lblk + i - 1, NULL, &zero);
 		}
 	}
 	if (err) {
