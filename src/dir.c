@@ -301,6 +301,7 @@ int dir_create(struct rr_fs *rfs, ext2_ino_t dir, const char *name, mode_t mode,
 	}
 	ret = xattr_acl_prepare(rfs, dir, &mode, cr->umask, &ai);
 	if (ret) {
+		xattr_acl_done(&ai);
 		rr_fs_unlock(rfs);
 		return ret;
 	}

@@ -268,6 +268,8 @@ static int leaf_find(ext2_filsys fs, const char *buf, const char *name, size_t l
 		if (ext2fs_get_rec_len(fs, (struct ext2_dir_entry *)de, &rec) || rec < 8 ||
 		    off + rec > fs->blocksize)
 			return -EIO;
+		if ((size_t)ext2fs_dirent_name_len(de) + 8 > rec)
+			return -EIO;	/* name runs past its record: corrupt leaf */
 		if (de->inode && (size_t)ext2fs_dirent_name_len(de) == len && !memcmp(de->name, name, len)) {
 			*ino = de->inode;
 			return 1;
@@ -415,6 +417,10 @@ int htree_remove_in_block(struct rr_fs *rfs, ext2_ino_t dir, blk64_t pblk, const
 		struct ext2_dir_entry *de = (struct ext2_dir_entry *)(buf + off);
 
 		if (ext2fs_get_rec_len(fs, de, &rec) || rec < 8 || off + rec > fs->blocksize) {
+			ret = -EIO;
+			break;
+		}
+		if ((size_t)ext2fs_dirent_name_len(de) + 8 > rec) {
 			ret = -EIO;
 			break;
 		}
