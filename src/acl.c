@@ -61,16 +61,21 @@ static int classes(struct acl_ent *e, size_t n, struct acl_ent **u, struct acl_e
 	return 0;
 }
 
+/* A well-formed ACL's class entries. */
+static int parse(const void *val, size_t len, struct acl_ent **u, struct acl_ent **g,
+		 struct acl_ent **m, struct acl_ent **o, int *named)
+{
+	size_t n;
+	struct acl_ent *e = entries(val, len, &n);
+
+	return e ? classes(e, n, u, g, m, o, named) : -EINVAL;
+}
+
 int acl_to_mode(const void *val, size_t len, mode_t *perm, int *equiv)
 {
-	struct acl_ent *e, *u, *g, *m, *o;
-	size_t n;
-	int named, ret;
+	struct acl_ent *u, *g, *m, *o;
+	int named, ret = parse(val, len, &u, &g, &m, &o, &named);
 
-	e = entries(val, len, &n);
-	if (!e)
-		return -EINVAL;
-	ret = classes(e, n, &u, &g, &m, &o, &named);
 	if (ret)
 		return ret;
 	*perm = (mode_t)((le16toh(u->perm) << 6) | (le16toh((m ? m : g)->perm) << 3) | le16toh(o->perm));
@@ -80,14 +85,9 @@ int acl_to_mode(const void *val, size_t len, mode_t *perm, int *equiv)
 
 int acl_chmod(void *val, size_t len, mode_t mode)
 {
-	struct acl_ent *e, *u, *g, *m, *o;
-	size_t n;
-	int named, ret;
+	struct acl_ent *u, *g, *m, *o;
+	int named, ret = parse(val, len, &u, &g, &m, &o, &named);
 
-	e = entries(val, len, &n);
-	if (!e)
-		return -EINVAL;
-	ret = classes(e, n, &u, &g, &m, &o, &named);
 	if (ret)
 		return ret;
 	u->perm = htole16((mode >> 6) & 7);
@@ -98,9 +98,8 @@ int acl_chmod(void *val, size_t len, mode_t mode)
 
 int acl_inherit(const void *dflt, size_t len, mode_t *mode, void **acc, size_t *acclen)
 {
-	struct acl_ent *e, *u, *g, *m, *o;
+	struct acl_ent *u, *g, *m, *o;
 	mode_t perm;
-	size_t n;
 	int named, ret, equiv;
 	void *copy;
 
@@ -110,8 +109,7 @@ int acl_inherit(const void *dflt, size_t len, mode_t *mode, void **acc, size_t *
 	if (!copy)
 		return -ENOMEM;
 	memcpy(copy, dflt, len);
-	e = entries(copy, len, &n);
-	ret = e ? classes(e, n, &u, &g, &m, &o, &named) : -EINVAL;
+	ret = parse(copy, len, &u, &g, &m, &o, &named);
 	if (ret) {
 		free(copy);
 		return ret;

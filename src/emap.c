@@ -350,10 +350,7 @@ static void emap_verify(struct rr_fs *rfs, struct rr_inode *ri, struct ext2_inod
 	uint32_t i;
 	int bad;
 
-	if (in->i_flags & EXT4_EXTENTS_FL)
-		err = load_extents(rfs->fs, ri->ino, in, &chk);
-	else
-		err = load_blockmap(rfs->fs, ri->ino, &chk);
+	err = load_extents(rfs->fs, ri->ino, in, &chk);
 	if (err || chk.n != ri->emap.n)
 		rr_log(LOG_ERR, "check: inode %u: tree has %u extents (%s), cache %u", ri->ino, chk.n,
 		       err ? error_message(err) : "ok", ri->emap.n);
