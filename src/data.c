@@ -323,8 +323,8 @@ static int punch_blocks(struct rr_fs *rfs, struct rr_inode *ri, uint64_t first, 
 		return 0;
 	rr_fs_lock(rfs);
 	ret = inode_load(rfs, ri->ino, &in);
-	if (!ret && ext2fs_inode_has_valid_blocks2(rfs->fs, (struct ext2_inode *)&in))
-		ret = rr_err(ext2fs_punch(rfs->fs, ri->ino, (struct ext2_inode *)&in, NULL, first, last));
+	if (!ret)
+		ret = emap_tree_punch(rfs, ri->ino, &in, first, last);
 	rr_fs_unlock(rfs);
 	emap_drop(ri);
 	return ret;

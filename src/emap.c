@@ -444,6 +444,72 @@ int emap_tree_map(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in
 }
 
 /*
+ * e2fsprogs 1.47.0's ext2fs_punch() refuses an extent that ends on the last
+ * block of the filesystem (an off-by-one, fixed in later releases) and leaves
+ * the file half freed.  Free that one block here, so that what remains of the
+ * range passes.  Caller holds the fs lock; in is reread when changed.
+ */
+static errcode_t punch_fs_last_block(ext2_filsys fs, ext2_ino_t ino, struct ext2_inode_large *in,
+				     uint64_t first, uint64_t last)
+{
+	blk64_t end = ext2fs_blocks_count(fs->super);
+	ext2_extent_handle_t h;
+	struct ext2fs_extent ex;
+	errcode_t err;
+	int op = EXT2_EXTENT_ROOT, freed = 0;
+
+	if (!(in->i_flags & EXT4_EXTENTS_FL) || !ext2fs_test_block_bitmap2(fs->block_map, end - 1))
+		return 0;
+	err = ext2fs_extent_open2(fs, ino, (struct ext2_inode *)in, &h);
+	if (err)
+		return err;
+	while (!(err = ext2fs_extent_get(h, op, &ex))) {
+		op = EXT2_EXTENT_NEXT_LEAF;
+		if (!(ex.e_flags & EXT2_EXTENT_FLAGS_LEAF) || !ex.e_len || ex.e_pblk + ex.e_len != end)
+			continue;
+		if (ex.e_lblk + ex.e_len - 1 < first || ex.e_lblk + ex.e_len - 1 > last)
+			break;
+		if (ex.e_len > 1) {
+			ex.e_len--;
+			err = ext2fs_extent_replace(h, 0, &ex);
+		} else {
+			err = ext2fs_extent_delete(h, 0);
+		}
+		freed = !err;
+		break;
+	}
+	ext2fs_extent_free(h);
+	if (err == EXT2_ET_EXTENT_NO_NEXT)
+		err = 0;
+	if (!freed)
+		return err;
+	ext2fs_block_alloc_stats2(fs, end - 1, -1);
+	err = ext2fs_read_inode_full(fs, ino, (struct ext2_inode *)in, sizeof(*in));
+	if (!err)
+		err = ext2fs_iblk_sub_blocks(fs, (struct ext2_inode *)in, 1);
+	if (!err)
+		err = ext2fs_write_inode_full(fs, ino, (struct ext2_inode *)in, sizeof(*in));
+	return err;
+}
+
+/*
+ * Free the blocks [first, last] (inclusive) of a file, and the tree blocks
+ * left empty.  Caller holds the fs lock; in is updated and written.
+ */
+int emap_tree_punch(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in, uint64_t first,
+		    uint64_t last)
+{
+	errcode_t err;
+
+	if (!ext2fs_inode_has_valid_blocks2(rfs->fs, (struct ext2_inode *)in))
+		return 0;
+	err = punch_fs_last_block(rfs->fs, ino, in, first, last);
+	if (!err)
+		err = ext2fs_punch(rfs->fs, ino, (struct ext2_inode *)in, NULL, first, last);
+	return rr_err(err);
+}
+
+/*
  * Turn the unwritten blocks [lblk, lblk+len) into written ones, splitting
  * unwritten extents where the range ends inside them.  Same locking as
  * emap_map().

@@ -503,13 +503,9 @@ int inode_free_locked(struct rr_fs *rfs, ext2_ino_t ino)
 	if (err || in.i_links_count || !in.i_mode || in.i_dtime ||
 	    !ext2fs_test_inode_bitmap2(fs->inode_map, ino))
 		return rr_err(err);
-	if (ext2fs_inode_has_valid_blocks2(fs, (struct ext2_inode *)&in)) {
-		err = ext2fs_punch(fs, ino, (struct ext2_inode *)&in, NULL, 0, ~0ULL);
-		if (err) {
-			ret = rr_err(err);
-			rr_log(LOG_ERR, "inode %u: cannot free its blocks: %s", ino, error_message(err));
-		}
-	}
+	ret = emap_tree_punch(rfs, ino, &in, 0, ~0ULL);
+	if (ret)
+		rr_log(LOG_ERR, "inode %u: cannot free its blocks: %s", ino, strerror(-ret));
 	xblk = ext2fs_file_acl_block(fs, (struct ext2_inode *)&in);
 	if (xblk && !ret) {
 		__u32 count = 0;

@@ -153,6 +153,8 @@ int emap_map(struct rr_fs *rfs, struct rr_inode *ri, struct ext2_inode_large *in
 	     uint64_t pblk, uint32_t len);
 int emap_tree_map(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in, uint64_t lblk,
 		  uint64_t pblk, uint32_t len);
+int emap_tree_punch(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in, uint64_t first,
+		    uint64_t last);
 int emap_mark_init(struct rr_fs *rfs, struct rr_inode *ri, struct ext2_inode_large *in,
 		   uint64_t lblk, uint32_t len);
 void emap_cache_set(struct rr_emap *m, uint32_t lblk, uint32_t len, uint64_t pblk, int uninit);

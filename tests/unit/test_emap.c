@@ -1,9 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
-/* Unit tests: the cached block map (emap_cache_set, emap_lookup). */
+/*
+ * Unit tests: the cached block map (emap_cache_set, emap_lookup), and the
+ * on-disk tree helpers on a real image made by mke2fs, checked by e2fsck.
+ */
 #include <check.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "rrfs.h"
 
@@ -108,6 +112,69 @@ START_TEST(many_random)
 }
 END_TEST
 
+/*
+ * A file whose last extent ends on the filesystem's last block: punching
+ * its tail, then all of it, frees every block (e2fsprogs 1.47.0's own punch
+ * stops there with "Illegal block number").
+ */
+START_TEST(punch_at_fs_end)
+{
+	char img[] = "/tmp/rremap-test.XXXXXX", cmd[256];
+	struct rr_fs rfs = { 0 };
+	struct ext2_inode_large in;
+	ext2_filsys fs;
+	ext2_ino_t ino;
+	blk64_t end;
+	int fd;
+
+	fd = mkstemp(img);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	snprintf(cmd, sizeof(cmd), "truncate -s 16M %s && mke2fs -q -F -t ext4 -b 1024 %s", img, img);
+	ck_assert_int_eq(system(cmd), 0);
+	ck_assert_int_eq(ext2fs_open(img, EXT2_FLAG_RW | EXT2_FLAG_64BITS, 0, 0, unix_io_manager, &fs), 0);
+	ck_assert_int_eq(ext2fs_read_bitmaps(fs), 0);
+	rfs.fs = fs;
+	end = ext2fs_blocks_count(fs->super);
+	ck_assert(ext2fs_test_block_bitmap_range2(fs->block_map, end - 40, 40));	/* all free */
+
+	ck_assert_int_eq(ext2fs_new_inode(fs, EXT2_ROOT_INO, LINUX_S_IFREG | 0644, NULL, &ino), 0);
+	ext2fs_inode_alloc_stats2(fs, ino, +1, 0);
+	memset(&in, 0, sizeof(in));
+	in.i_mode = LINUX_S_IFREG | 0644;
+	in.i_links_count = 1;
+	in.i_extra_isize = sizeof(in) - EXT2_GOOD_OLD_INODE_SIZE;
+	in.i_flags = EXT4_EXTENTS_FL;
+	ck_assert_int_eq(ext2fs_write_new_inode(fs, ino, (struct ext2_inode *)&in), 0);
+	ck_assert_int_eq(ext2fs_read_inode_full(fs, ino, (struct ext2_inode *)&in, sizeof(in)), 0);
+	/* Blocks 0-19 at the very end of the filesystem, 20-39 just before them. */
+	ext2fs_block_alloc_stats_range(fs, end - 40, 40, +1);
+	ck_assert_int_eq(emap_tree_map(&rfs, ino, &in, 0, end - 20, 20), 0);
+	ck_assert_int_eq(emap_tree_map(&rfs, ino, &in, 20, end - 40, 20), 0);
+	in.i_size = 40 * fs->blocksize;
+	ck_assert_int_eq(inode_write(&rfs, ino, &in), 0);
+	ck_assert_int_eq(ext2fs_link(fs, EXT2_ROOT_INO, "f", ino, EXT2_FT_REG_FILE), 0);
+
+	/* The tail only: blocks 10-19 map end-10..end-1. */
+	ck_assert_int_eq(emap_tree_punch(&rfs, ino, &in, 10, 19), 0);
+	ck_assert(ext2fs_test_block_bitmap_range2(fs->block_map, end - 10, 10));
+	ck_assert(ext2fs_test_block_bitmap2(fs->block_map, end - 11));
+	ck_assert_uint_eq(ext2fs_get_stat_i_blocks(fs, (struct ext2_inode *)&in), 30 * (fs->blocksize / 512));
+	/* Map the last block again, alone, then free everything. */
+	ext2fs_block_alloc_stats2(fs, end - 1, +1);
+	ck_assert_int_eq(emap_tree_map(&rfs, ino, &in, 100, end - 1, 1), 0);
+	in.i_size = 101 * fs->blocksize;
+	ck_assert_int_eq(inode_write(&rfs, ino, &in), 0);
+	ck_assert_int_eq(emap_tree_punch(&rfs, ino, &in, 0, ~0ULL), 0);
+	ck_assert(ext2fs_test_block_bitmap_range2(fs->block_map, end - 40, 40));
+	ck_assert_uint_eq(ext2fs_get_stat_i_blocks(fs, (struct ext2_inode *)&in), 0);
+	ck_assert_int_eq(ext2fs_close_free(&fs), 0);
+	snprintf(cmd, sizeof(cmd), "e2fsck -fn %s >/dev/null 2>&1", img);
+	ck_assert_int_eq(system(cmd), 0);
+	unlink(img);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("emap");
@@ -121,6 +188,10 @@ int main(void)
 	tcase_add_test(tc, split_inside);
 	tcase_add_test(tc, overwrite_spanning);
 	tcase_add_test(tc, many_random);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("tree");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, punch_at_fs_end);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
