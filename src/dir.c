@@ -205,10 +205,21 @@ static int dir_touch(struct rr_fs *rfs, ext2_ino_t dir, int subdirs)
 static int entry_ref(struct rr_fs *rfs, ext2_ino_t ino, struct rr_inode **ri,
 		     struct ext2_inode_large *in)
 {
-	int ret = inode_load(rfs, ino, in);
+	struct ext2_super_block *sb = rfs->fs->super;
+	int ret;
 
+	/* A directory entry naming a reserved, out-of-range or free inode is corruption. */
+	if ((ino < EXT2_FIRST_INO(sb) && ino != EXT2_ROOT_INO) || ino > sb->s_inodes_count) {
+		rr_log(LOG_ERR, "directory entry refers to inode %u: reserved or out of range", ino);
+		return -EIO;
+	}
+	ret = inode_load(rfs, ino, in);
 	if (ret)
 		return ret;
+	if (!in->i_mode || !in->i_links_count) {
+		rr_log(LOG_ERR, "directory entry refers to deleted inode %u", ino);
+		return -EIO;
+	}
 	*ri = rr_iget(rfs, ino);
 	return *ri ? 0 : -ENOMEM;
 }
@@ -222,10 +233,6 @@ int dir_lookup(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t *
 		return ret;
 	rr_fs_lock(rfs);
 	ret = find(rfs, dir, name, ino);
-	if (!ret && (*ino < EXT2_FIRST_INO(rfs->fs->super) && *ino != EXT2_ROOT_INO))
-		ret = -EIO;	/* a reserved inode in a directory: corruption */
-	if (!ret && *ino > rfs->fs->super->s_inodes_count)
-		ret = -EIO;
 	if (!ret)
 		ret = entry_ref(rfs, *ino, ri, in);
 	rr_fs_unlock(rfs);

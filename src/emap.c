@@ -99,7 +99,8 @@ static errcode_t load_extents(ext2_filsys fs, ext2_ino_t ino, struct ext2_inode_
 	ext2_extent_handle_t h;
 	struct ext2fs_extent ex;
 	errcode_t err;
-	int op = EXT2_EXTENT_ROOT;
+	int op = EXT2_EXTENT_ROOT, want = 0;
+	uint64_t want_lblk = 0;
 
 	err = ext2fs_extent_open2(fs, ino, (struct ext2_inode *)in, &h);
 	if (err)
@@ -113,7 +114,16 @@ static errcode_t load_extents(ext2_filsys fs, ext2_ino_t ino, struct ext2_inode_
 		}
 		if (err)
 			break;
-		if (!(ex.e_flags & EXT2_EXTENT_FLAGS_LEAF) || (ex.e_flags & EXT2_EXTENT_FLAGS_SECOND_VISIT))
+		if (ex.e_flags & EXT2_EXTENT_FLAGS_SECOND_VISIT)
+			continue;
+		/* The first key of a node is the key its parent index gives it, as the kernel checks. */
+		if (want && ex.e_lblk != want_lblk) {
+			err = EXT2_ET_EXTENT_HEADER_BAD;
+			break;
+		}
+		want = !(ex.e_flags & EXT2_EXTENT_FLAGS_LEAF);
+		want_lblk = ex.e_lblk;
+		if (want)
 			continue;
 		if (!ex.e_len)
 			continue;

@@ -18,6 +18,7 @@ make_image(size="256M", mkfs_args=()) -> path
 Mount(image, opts="", mnt=None)  .mnt .image .opts .kernel .mount() .unmount()
                                  .remount(opts=None) .daemon_log .proc .mounted
 fsck(image) -> (rc, output)               e2fsck -fn
+debugfs(image, *cmds, write=False) -> stdout
 snapshot(root) -> {relpath: {...}}        tree description used by cross-check
 compare_snapshots(a, b) -> list of differences (empty when equal)
 kernel_check(image, fuse_snapshot)        loop-mount ro, compare, assert
@@ -225,6 +226,15 @@ def make_image(size="256M", mkfs_args=(), path=None):
                        text=True)
     assert r.returncode == 0, "mke2fs failed: %s\n%s" % (cmd, r.stdout)
     return path
+
+
+def debugfs(image, *cmds, write=False):
+    """Run debugfs commands on image; return their output (stdout)."""
+    r = subprocess.run(["debugfs"] + (["-w"] if write else []) + ["-f", "-", image],
+                       input="".join(c + "\n" for c in cmds), stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 0, "debugfs %s: %s" % (cmds, r.stderr)
+    return r.stdout
 
 
 def fsck(image):

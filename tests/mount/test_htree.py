@@ -1,16 +1,10 @@
 """Directories are indexed (htree) once they outgrow their first block, as
 ext4 does, and stay valid (e2fsck checks the index) as they grow and shrink."""
 import os
-import subprocess
 
 import pytest
 
-from conftest import KERNEL
-
-
-def debugfs(image, cmd):
-    return subprocess.run(["debugfs", "-R", cmd, image], stdout=subprocess.PIPE,
-                          stderr=subprocess.DEVNULL, text=True, check=True).stdout
+from conftest import KERNEL, debugfs
 
 
 def inode_flags(image, path):
