@@ -135,8 +135,6 @@ int main(int argc, char *argv[])
 	initialize_ext2_error_table();
 	if (fuse_opt_parse(&args, &c, opt_spec, opt_proc) == -1)
 		return 1;
-	/* libfuse 3.14 warns about its own default unless a value is given. */
-	fuse_opt_insert_arg(&args, 1, "-omax_threads=16");
 	if (c.help) {
 		usage(argv[0]);
 		ret = 0;
@@ -219,8 +217,10 @@ int main(int argc, char *argv[])
 		struct fuse_loop_config *cfg = fuse_loop_cfg_create();
 
 		fuse_loop_cfg_set_clone_fd(cfg, fo.clone_fd);
-		fuse_loop_cfg_set_idle_threads(cfg, fo.max_idle_threads ? fo.max_idle_threads : 10);
 		fuse_loop_cfg_set_max_threads(cfg, fo.max_threads && fo.max_threads <= 1024 ? fo.max_threads : 16);
+		/* fuse_parse_cmdline leaves UINT_MAX for "not given". */
+		fuse_loop_cfg_set_idle_threads(cfg, fo.max_idle_threads && fo.max_idle_threads != UINT_MAX ?
+						    fo.max_idle_threads : 10);
 		r = fuse_session_loop_mt(se, cfg);
 		fuse_loop_cfg_destroy(cfg);
 	}
