@@ -1,0 +1,104 @@
+"""rrfuse through mount(8): `mount -t fuse.rrfuse IMG MNT -o ...` and an fstab
+line, as mount.fuse3 runs it.  mount(8) runs helpers with its own fixed PATH,
+so the test links the binary under test as /usr/local/sbin/rrfuse for its
+duration (and skips if something else is installed there)."""
+import os
+import shutil
+import subprocess
+
+import pytest
+
+import conftest
+from conftest import (RRFUSE, fsck, make_image, require_binary, require_fuse,
+                      require_root, wait_for)
+
+pytestmark = pytest.mark.rrfuse_only
+
+LINK = "/usr/local/sbin/rrfuse"
+
+
+@pytest.fixture
+def env():
+    """Image and mount point; `rrfuse` where mount(8) looks for it."""
+    require_root("mount(8)")
+    require_fuse()
+    require_binary()
+    if shutil.which("mount.fuse3") is None:
+        pytest.skip("needs mount.fuse3 (fuse3)")
+    if os.path.lexists(LINK):
+        pytest.skip("%s exists (an installed rrfuse?): not replacing it" % LINK)
+    image = make_image(size="64M")
+    d = os.path.dirname(image)
+    mnt = os.path.join(d, "mnt")
+    os.mkdir(mnt)
+    os.makedirs(os.path.dirname(LINK), exist_ok=True)
+    os.symlink(os.path.abspath(RRFUSE), LINK)
+    try:
+        yield image, mnt
+    finally:
+        os.unlink(LINK)
+        subprocess.run(["umount", "-l", mnt], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+    if not conftest.KEEP:
+        conftest._rm_workdir(d)
+
+
+def mount_entry(mnt):
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            t = line.split()
+            if t[1] == mnt:
+                return t
+    return None
+
+
+def daemon_gone(image):
+    return subprocess.run(["pgrep", "-f", image], stdout=subprocess.DEVNULL).returncode != 0
+
+
+def use_and_unmount(image, mnt):
+    with open(os.path.join(mnt, "f"), "w") as f:
+        f.write("through mount(8)\n")
+    r = subprocess.run(["umount", mnt], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert wait_for(lambda: daemon_gone(image), timeout=30)
+    rc, out = fsck(image)
+    assert rc == 0, out
+    assert "through mount(8)" in subprocess.run(
+        ["debugfs", "-R", "cat /f", image], capture_output=True, text=True).stdout
+
+
+def test_mount_t_fuse_rrfuse(env):
+    image, mnt = env
+    r = subprocess.run(["mount", "-t", "fuse.rrfuse", image, mnt,
+                        "-o", "rw,noatime,nodev,nosuid,commit=10"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    t = mount_entry(mnt)
+    assert t and t[0] == image and t[2] == "fuse.rrfuse", t
+    assert {"rw", "noatime", "nodev", "nosuid"} <= set(t[3].split(",")), t
+    use_and_unmount(image, mnt)
+
+
+def test_fstab_line(env):
+    image, mnt = env
+    fstab = os.path.join(os.path.dirname(image), "fstab")
+    with open(fstab, "w") as f:
+        f.write("%s %s fuse.rrfuse rw,noatime,commit=10 0 0\n" % (image, mnt))
+    r = subprocess.run(["mount", "--fstab", fstab, mnt], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    t = mount_entry(mnt)
+    assert t and t[2] == "fuse.rrfuse", t
+    use_and_unmount(image, mnt)
+
+
+def test_bad_option_through_mount(env):
+    image, mnt = env
+    before = open(image, "rb").read()
+    r = subprocess.run(["mount", "-t", "fuse.rrfuse", image, mnt, "-o", "commit=abc"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "commit" in r.stderr, r.stderr
+    assert mount_entry(mnt) is None
+    assert open(image, "rb").read() == before
