@@ -35,6 +35,27 @@ static int check_name(const char *name)
 	return 0;
 }
 
+/*
+ * chattr +i / +a on a directory, as the VFS's may_create/may_delete: nothing
+ * enters an immutable directory, nothing leaves an append-only one.  Caller
+ * holds the fs lock.
+ */
+static int dir_may_change(struct rr_fs *rfs, ext2_ino_t dir, int removing)
+{
+	struct ext2_inode_large in;
+	int ret = inode_load(rfs, dir, &in);
+
+	if (!ret && (in.i_flags & (removing ? RR_FL_GUARD : EXT2_IMMUTABLE_FL)))
+		ret = -EPERM;
+	return ret;
+}
+
+/* An immutable or append-only inode is never unlinked, renamed or linked to. */
+static int victim_may_change(const struct ext2_inode_large *in)
+{
+	return (in->i_flags & RR_FL_GUARD) ? -EPERM : 0;
+}
+
 static int ftype_of(mode_t mode)
 {
 	switch (mode & S_IFMT) {
@@ -302,7 +323,7 @@ int dir_create(struct rr_fs *rfs, ext2_ino_t dir, const char *name, mode_t mode,
 	*ino = 0;
 	rr_fs_lock(rfs);
 	ret = find(rfs, dir, name, &existing);
-	if (ret != -ENOENT) {
+	if (ret != -ENOENT || (ret = dir_may_change(rfs, dir, 0))) {
 		rr_fs_unlock(rfs);
 		return ret ? ret : -EEXIST;
 	}
@@ -368,7 +389,7 @@ int dir_symlink(struct rr_fs *rfs, ext2_ino_t dir, const char *name, const char 
 		return -ENAMETOOLONG;
 	rr_fs_lock(rfs);
 	ret = find(rfs, dir, name, &existing);
-	if (ret != -ENOENT) {
+	if (ret != -ENOENT || (ret = dir_may_change(rfs, dir, 0))) {
 		rr_fs_unlock(rfs);
 		return ret ? ret : -EEXIST;
 	}
@@ -419,11 +440,13 @@ int dir_link(struct rr_fs *rfs, ext2_ino_t ino, ext2_ino_t dir, const char *name
 		return ret;
 	rr_fs_lock(rfs);
 	ret = find(rfs, dir, name, &existing);
-	if (ret != -ENOENT) {
+	if (ret != -ENOENT || (ret = dir_may_change(rfs, dir, 0))) {
 		ret = ret ? ret : -EEXIST;
 		goto out;
 	}
 	ret = inode_load(rfs, ino, in);
+	if (!ret)
+		ret = victim_may_change(in);
 	if (ret)
 		goto out;
 	if (LINUX_S_ISDIR(in->i_mode)) {
@@ -495,6 +518,10 @@ int dir_unlink(struct rr_fs *rfs, ext2_ino_t dir, const char *name, int isdir)
 	ret = find(rfs, dir, name, &ino);
 	if (!ret)
 		ret = inode_load(rfs, ino, &in);
+	if (!ret)
+		ret = dir_may_change(rfs, dir, 1);
+	if (!ret)
+		ret = victim_may_change(&in);
 	if (ret)
 		goto out;
 	if (isdir && !LINUX_S_ISDIR(in.i_mode)) {
@@ -581,6 +608,10 @@ int dir_rename(struct rr_fs *rfs, ext2_ino_t odir, const char *oname, ext2_ino_t
 	if (ret)
 		goto out;
 	if (dst && (ret = inode_load(rfs, dst, &din)))
+		goto out;
+	if ((ret = victim_may_change(&sin)) || (dst && (ret = victim_may_change(&din))) ||
+	    (ret = dir_may_change(rfs, odir, 1)) ||
+	    (ret = dir_may_change(rfs, ndir, dst && dst != src)))
 		goto out;
 	if (flags & RENAME_EXCHANGE) {
 		ret = dst ? rename_exchange(rfs, odir, oname, src, &sin, ndir, nname, dst, &din) : -ENOENT;

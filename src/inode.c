@@ -106,6 +106,7 @@ struct rr_inode *rr_iget(struct rr_fs *rfs, ext2_ino_t ino)
 	pthread_rwlock_init(&nri->rw, NULL);
 	nri->size = EXT2_I_SIZE(&in);
 	nri->extents = !!(in.i_flags & EXT4_EXTENTS_FL);
+	atomic_init(&nri->guard, in.i_flags & RR_FL_GUARD);
 
 	pthread_mutex_lock(&t->lock);
 	ri = itab_find_locked(t, ino);

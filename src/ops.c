@@ -15,6 +15,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/fs.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
@@ -47,6 +49,19 @@ static struct rr_inode *node(struct rr_fs *rfs, fuse_ino_t ino)
 		rr_log(LOG_ERR, "request for inode %llu that the kernel never looked up",
 		       (unsigned long long)ino);
 	return ri;
+}
+
+/* The chattr +i / +a guard of an inode the kernel holds, or 0. */
+static unsigned int guard_of(struct rr_fs *rfs, fuse_ino_t ino)
+{
+	struct rr_inode *ri = rr_ipin(rfs, e2ino(ino));
+	unsigned int g = 0;
+
+	if (ri) {
+		g = atomic_load(&ri->guard);
+		rr_iunpin(rfs, ri);
+	}
+	return g;
 }
 
 static void cred_of(fuse_req_t req, struct rr_cred *cr)
@@ -186,11 +201,24 @@ static void rr_setattr(fuse_req_t req, fuse_ino_t fino, struct stat *attr, int t
 	ext2_ino_t ino = e2ino(fino);
 	struct ext2_inode_large in;
 	struct timespec now;
+	unsigned int guard;
 	int ret = 0;
 
 	(void)fi;
 	if (rfs->ro) {
 		fuse_reply_err(req, EROFS);
+		return;
+	}
+	/*
+	 * As notify_change(): an immutable inode changes nothing, an
+	 * append-only one keeps its size, mode and owner.  Its mtime and ctime
+	 * may move: the writeback cache flushes them after appends.
+	 */
+	guard = guard_of(rfs, fino);
+	if ((guard & EXT2_IMMUTABLE_FL) ||
+	    ((guard & EXT2_APPEND_FL) && (to_set & (FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_MODE |
+						    FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)))) {
+		fuse_reply_err(req, EPERM);
 		return;
 	}
 	if (to_set & FUSE_SET_ATTR_SIZE) {
@@ -380,6 +408,14 @@ static void open_reply(fuse_req_t req, struct rr_inode *ri, struct fuse_file_inf
 		rr_iput(rr_fs_of(req), ri, 0, 1);
 }
 
+/* Writing an immutable file, or an append-only one other than by appending. */
+static int guard_denies_write(struct rr_inode *ri, int flags)
+{
+	unsigned int g = atomic_load(&ri->guard);
+
+	return (g & EXT2_IMMUTABLE_FL) || ((g & EXT2_APPEND_FL) && (!(flags & O_APPEND) || (flags & O_TRUNC)));
+}
+
 static void rr_open(fuse_req_t req, fuse_ino_t fino, struct fuse_file_info *fi)
 {
 	struct rr_fs *rfs = rr_fs_of(req);
@@ -392,6 +428,8 @@ static void rr_open(fuse_req_t req, fuse_ino_t fino, struct fuse_file_info *fi)
 	}
 	if ((fi->flags & O_ACCMODE) != O_RDONLY && rfs->ro)
 		ret = -EROFS;
+	else if ((fi->flags & O_ACCMODE) != O_RDONLY && guard_denies_write(ri, fi->flags))
+		ret = -EPERM;
 	else if ((fi->flags & O_TRUNC) && (fi->flags & O_ACCMODE) != O_RDONLY)
 		ret = data_truncate(rfs, ri, 0);
 	if (ret)
@@ -469,7 +507,10 @@ static void rr_write(fuse_req_t req, fuse_ino_t fino, const char *buf, size_t si
 		return;
 	}
 	ri = node(rfs, fino);
-	n = ri ? data_write(rfs, ri, buf, size, (uint64_t)off, fh_privileged(fi), &short_err) : -EIO;
+	if (ri && (atomic_load(&ri->guard) & EXT2_IMMUTABLE_FL))
+		n = -EPERM;	/* made immutable after it was opened for writing */
+	else
+		n = ri ? data_write(rfs, ri, buf, size, (uint64_t)off, fh_privileged(fi), &short_err) : -EIO;
 	if (ri)
 		rr_iunpin(rfs, ri);
 	/*
@@ -658,7 +699,11 @@ static void rr_statfs(fuse_req_t req, fuse_ino_t ino)
 static void rr_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
 			size_t size, int flags)
 {
-	if (check_rw(req))
+	if (!check_rw(req))
+		return;
+	if (guard_of(rr_fs_of(req), ino))
+		fuse_reply_err(req, EPERM);	/* as xattr_permission() */
+	else
 		fuse_reply_err(req, -xattr_set(rr_fs_of(req), e2ino(ino), name, value, size, flags));
 }
 
@@ -701,7 +746,11 @@ static void rr_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 
 static void rr_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
-	if (check_rw(req))
+	if (!check_rw(req))
+		return;
+	if (guard_of(rr_fs_of(req), ino))
+		fuse_reply_err(req, EPERM);
+	else
 		fuse_reply_err(req, -xattr_remove(rr_fs_of(req), e2ino(ino), name));
 }
 
@@ -719,10 +768,180 @@ static void rr_fallocate(fuse_req_t req, fuse_ino_t fino, int mode, off_t off, o
 		return;
 	}
 	ri = node(rfs, fino);
-	ret = ri ? data_fallocate(rfs, ri, mode, (uint64_t)off, (uint64_t)len, fh_privileged(fi)) : -EIO;
+	/* As vfs_fallocate(): an append-only file may only grow. */
+	if (ri && ((atomic_load(&ri->guard) & EXT2_IMMUTABLE_FL) ||
+		   ((atomic_load(&ri->guard) & EXT2_APPEND_FL) && (mode & ~FALLOC_FL_KEEP_SIZE))))
+		ret = -EPERM;
+	else
+		ret = ri ? data_fallocate(rfs, ri, mode, (uint64_t)off, (uint64_t)len, fh_privileged(fi)) : -EIO;
 	if (ri)
 		rr_iunpin(rfs, ri);
 	fuse_reply_err(req, -ret);
+}
+
+/*
+ * The inode flags lsattr shows, as ext4's EXT4_FL_USER_VISIBLE.  chattr's
+ * changes reach a FUSE server masked to the VFS's FS_FL_USER_MODIFIABLE (the
+ * kernel's fileattr_fill_flags), so the other bits are never changed here.
+ */
+#define RR_FL_VISIBLE		0x705BDFFFu
+#define RR_FL_SETTABLE		FS_FL_USER_MODIFIABLE
+/* What FS_IOC_FSSETXATTR sets: the flags of xflag_map below. */
+#define RR_FL_XSETTABLE		(EXT2_SYNC_FL | EXT2_IMMUTABLE_FL | EXT2_APPEND_FL | EXT2_NODUMP_FL | \
+				 EXT2_NOATIME_FL | EXT4_PROJINHERIT_FL)
+
+/* ext4 inode flags and their FS_IOC_FSGETXATTR names (ext4_iflags_to_xflags). */
+static const struct {
+	unsigned int fl, xfl;
+} xflag_map[] = {
+	{ EXT2_SYNC_FL, FS_XFLAG_SYNC },
+	{ EXT2_IMMUTABLE_FL, FS_XFLAG_IMMUTABLE },
+	{ EXT2_APPEND_FL, FS_XFLAG_APPEND },
+	{ EXT2_NODUMP_FL, FS_XFLAG_NODUMP },
+	{ EXT2_NOATIME_FL, FS_XFLAG_NOATIME },
+	{ EXT4_PROJINHERIT_FL, FS_XFLAG_PROJINHERIT },
+};
+
+static unsigned int to_xflags(unsigned int fl)
+{
+	unsigned int x = 0;
+	size_t i;
+
+	for (i = 0; i < sizeof(xflag_map) / sizeof(xflag_map[0]); i++)
+		if (fl & xflag_map[i].fl)
+			x |= xflag_map[i].xfl;
+	return x;
+}
+
+static unsigned int projid_of(const struct ext2_inode_large *in)
+{
+	size_t end = offsetof(struct ext2_inode_large, i_projid) + sizeof(in->i_projid);
+
+	return (size_t)EXT2_GOOD_OLD_INODE_SIZE + in->i_extra_isize >= end ? in->i_projid : 0;
+}
+
+/* want: the new flags, of which only the bits in mask are changed. */
+static int set_flags(fuse_req_t req, ext2_ino_t ino, unsigned int want, unsigned int mask)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct rr_fs *rfs = rr_fs_of(req);
+	struct ext2_inode_large in;
+	struct rr_inode *ri;
+	unsigned int changed;
+	int ret;
+
+	if (rfs->ro)
+		return -EROFS;
+	rr_fs_lock(rfs);
+	ret = inode_load(rfs, ino, &in);
+	if (ret)
+		goto out;
+	changed = (in.i_flags ^ want) & mask;
+	if (ctx->uid != 0 && ctx->uid != inode_uid(in))
+		ret = -EPERM;		/* inode_owner_or_capable() */
+	else if ((changed & RR_FL_GUARD) && ctx->uid != 0)
+		ret = -EPERM;		/* CAP_LINUX_IMMUTABLE */
+	if (ret || !changed)
+		goto out;
+	in.i_flags = (in.i_flags & ~mask) | (want & mask);
+	inode_touch(&in, RR_CTIME);
+	ret = inode_write(rfs, ino, &in);
+	ri = ret ? NULL : rr_ipin(rfs, ino);
+	if (ri) {
+		atomic_store(&ri->guard, in.i_flags & RR_FL_GUARD);
+		rr_iunpin(rfs, ri);
+	}
+out:
+	rr_fs_unlock(rfs);
+	return ret;
+}
+
+static void rr_ioctl(fuse_req_t req, fuse_ino_t fino, unsigned int cmd, void *arg,
+		     struct fuse_file_info *fi, unsigned flags, const void *in_buf, size_t in_bufsz,
+		     size_t out_bufsz)
+{
+	struct ext2_inode_large in;
+	struct fsxattr fa;
+	unsigned int v;
+	size_t i;
+	int ret;
+
+	(void)arg;
+	(void)fi;
+	if (flags & FUSE_IOCTL_COMPAT) {
+		fuse_reply_err(req, ENOSYS);
+		return;
+	}
+	/* The kernel passes the flags as an int (fuse_fileattr_get/set), whatever FS_IOC_* says. */
+	switch (cmd) {
+	case FS_IOC_GETFLAGS:
+		if (out_bufsz < sizeof(v)) {
+			fuse_reply_err(req, EINVAL);
+			return;
+		}
+		ret = inode_read(rr_fs_of(req), e2ino(fino), &in);
+		if (ret) {
+			fuse_reply_err(req, -ret);
+			return;
+		}
+		v = in.i_flags & RR_FL_VISIBLE;
+		fuse_reply_ioctl(req, 0, &v, sizeof(v));
+		return;
+	case FS_IOC_SETFLAGS:
+		if (in_bufsz < sizeof(v)) {
+			fuse_reply_err(req, EINVAL);
+			return;
+		}
+		memcpy(&v, in_buf, sizeof(v));
+		ret = set_flags(req, e2ino(fino), v, RR_FL_SETTABLE);
+		if (ret)
+			fuse_reply_err(req, -ret);
+		else
+			fuse_reply_ioctl(req, 0, NULL, 0);
+		return;
+	case FS_IOC_FSGETXATTR:
+		/* The kernel's chattr path reads the flags this way first. */
+		if (out_bufsz < sizeof(fa)) {
+			fuse_reply_err(req, EINVAL);
+			return;
+		}
+		ret = inode_read(rr_fs_of(req), e2ino(fino), &in);
+		if (ret) {
+			fuse_reply_err(req, -ret);
+			return;
+		}
+		memset(&fa, 0, sizeof(fa));
+		fa.fsx_xflags = to_xflags(in.i_flags);
+		fa.fsx_projid = projid_of(&in);
+		fuse_reply_ioctl(req, 0, &fa, sizeof(fa));
+		return;
+	case FS_IOC_FSSETXATTR:
+		if (in_bufsz < sizeof(fa)) {
+			fuse_reply_err(req, EINVAL);
+			return;
+		}
+		memcpy(&fa, in_buf, sizeof(fa));
+		ret = inode_read(rr_fs_of(req), e2ino(fino), &in);
+		/* Project ids are not managed here (the quota feature mounts read-only). */
+		if (!ret && ((fa.fsx_xflags & ~to_xflags(~0u)) || fa.fsx_projid != projid_of(&in)))
+			ret = -EOPNOTSUPP;
+		if (ret) {
+			fuse_reply_err(req, -ret);
+			return;
+		}
+		v = 0;
+		for (i = 0; i < sizeof(xflag_map) / sizeof(xflag_map[0]); i++)
+			if (fa.fsx_xflags & xflag_map[i].xfl)
+				v |= xflag_map[i].fl;
+		ret = set_flags(req, e2ino(fino), v, RR_FL_XSETTABLE);
+		if (ret)
+			fuse_reply_err(req, -ret);
+		else
+			fuse_reply_ioctl(req, 0, NULL, 0);
+		return;
+	default:
+		fuse_reply_err(req, ENOTTY);
+	}
 }
 
 static void rr_lseek(fuse_req_t req, fuse_ino_t fino, off_t off, int whence, struct fuse_file_info *fi)
@@ -784,4 +1003,5 @@ const struct fuse_lowlevel_ops rr_ops = {
 	.removexattr = rr_removexattr,
 	.fallocate = rr_fallocate,
 	.lseek = rr_lseek,
+	.ioctl = rr_ioctl,
 };

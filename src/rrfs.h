@@ -60,7 +60,15 @@ struct rr_inode {
 	 */
 	atomic_uint xattr_gen;
 	atomic_uint caps_absent;
+	/* i_flags & RR_FL_GUARD, for the data path; changed under the fs lock. */
+	atomic_uint guard;
 };
+
+/*
+ * chattr +i and +a: the VFS enforces IS_IMMUTABLE and IS_APPEND for ext4,
+ * but a FUSE inode has no such flags, so rrfuse enforces them itself.
+ */
+#define RR_FL_GUARD (EXT2_IMMUTABLE_FL | EXT2_APPEND_FL)
 
 struct rr_itab {
 	pthread_mutex_t lock;

@@ -1,0 +1,125 @@
+"""lsattr/chattr (FS_IOC_GETFLAGS/SETFLAGS, FS_IOC_FSGETXATTR/FSSETXATTR):
+the flags are ext4's, stored in the inode, and +i / +a are enforced as the
+kernel's VFS enforces them on ext4 (EPERM)."""
+import errno
+import os
+import subprocess
+
+import pytest
+
+from conftest import debugfs, fallocate, fsck
+
+pytestmark = pytest.mark.skipif(
+    subprocess.run(["which", "chattr"], capture_output=True).returncode != 0,
+    reason="needs chattr/lsattr (e2fsprogs)")
+
+IMMUTABLE, APPEND, NODUMP, NOATIME, EXTENTS = 0x10, 0x20, 0x40, 0x80, 0x80000
+FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 0x01, 0x02
+
+
+def chattr(*args):
+    return subprocess.run(["chattr"] + list(args), capture_output=True, text=True)
+
+
+def lsattr(path):
+    r = subprocess.run(["lsattr", "-d", path], capture_output=True, text=True, check=True)
+    return r.stdout.split()[0]
+
+
+def eperm(fn, *args):
+    with pytest.raises(OSError) as e:
+        fn(*args)
+    assert e.value.errno == errno.EPERM, e.value
+
+
+def inode_flags(image, path):
+    out = debugfs(image, "stat " + path)
+    return int(out.split("Flags:")[1].split()[0], 16)
+
+
+def test_immutable_file(fs):
+    p = fs.path("f")
+    with open(p, "w") as f:
+        f.write("keep\n")
+    assert "e" in lsattr(p)
+    r = chattr("+i", p)
+    assert r.returncode == 0, r.stderr
+    assert "i" in lsattr(p)
+    eperm(open, p, "a")
+    eperm(open, p, "r+")
+    eperm(os.truncate, p, 0)
+    eperm(os.unlink, p)
+    eperm(os.rename, p, fs.path("g"))
+    eperm(os.link, p, fs.path("h"))
+    eperm(os.chmod, p, 0o600)
+    eperm(os.utime, p, (1, 1))
+    eperm(os.setxattr, p, "user.x", b"1")
+    with open(p) as f:
+        assert f.read() == "keep\n"
+    r = chattr("-i", p)
+    assert r.returncode == 0, r.stderr
+    os.chmod(p, 0o600)
+    os.unlink(p)
+
+
+def test_append_only_file(fs):
+    p = fs.path("log")
+    with open(p, "w") as f:
+        f.write("one\n")
+    assert chattr("+a", p).returncode == 0
+    with open(p, "a") as f:
+        f.write("two\n")
+    eperm(open, p, "w")
+    eperm(open, p, "r+")
+    eperm(os.truncate, p, 0)
+    eperm(os.unlink, p)
+    eperm(os.chmod, p, 0o600)
+    fd = os.open(p, os.O_WRONLY | os.O_APPEND)
+    try:
+        # Punching a hole would shrink what was appended.
+        eperm(fallocate, fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4096)
+    finally:
+        os.close(fd)
+    with open(p) as f:
+        assert f.read() == "one\ntwo\n"
+    assert chattr("-a", p).returncode == 0
+
+
+def test_directory_flags(fs):
+    d = fs.path("d")
+    os.mkdir(d)
+    open(os.path.join(d, "old"), "w").close()
+    assert chattr("+i", d).returncode == 0
+    eperm(open, os.path.join(d, "new"), "w")
+    eperm(os.mkdir, os.path.join(d, "sub"))
+    eperm(os.unlink, os.path.join(d, "old"))
+    assert chattr("-i", d).returncode == 0
+    assert chattr("+a", d).returncode == 0
+    open(os.path.join(d, "new"), "w").close()       # entries may come in
+    eperm(os.unlink, os.path.join(d, "new"))         # but never leave
+    eperm(os.rename, os.path.join(d, "new"), fs.path("out"))
+    assert chattr("-a", d).returncode == 0
+    os.unlink(os.path.join(d, "new"))
+
+
+@pytest.mark.opts("allow_other")
+def test_flags_are_stored_and_checked(fs, as_user):
+    p = fs.path("f")
+    open(p, "w").close()
+    os.chown(p, 65534, 65534)
+    # The owner sets ordinary flags; only root sets i and a; others nothing.
+    r = as_user(["chattr", "+dA", p])
+    assert r.returncode == 0, r.stderr
+    r = as_user(["chattr", "+i", p])
+    assert r.returncode != 0 and "not permitted" in r.stderr, r.stderr
+    r = as_user(["chattr", "+d", fs.path(".")])
+    assert r.returncode != 0
+    assert set("dA") <= set(lsattr(p))
+    fs.unmount()
+    flags = inode_flags(fs.image, "/f")
+    assert flags & NODUMP and flags & NOATIME and flags & EXTENTS
+    assert not flags & (IMMUTABLE | APPEND)
+    rc, out = fsck(fs.image)
+    assert rc == 0, out
+    fs.mount()
+    assert set("dA") <= set(lsattr(p))
