@@ -631,12 +631,14 @@ static void cleanup_list(struct rr_fs *rfs, struct cleanup *c)
 		}
 		ext2fs_mark_inode_bitmap2(c->seen, ino);
 		next = in.i_dtime;
-		if (next && (next < EXT2_FIRST_INO(sb) || next > sb->s_inodes_count ||
-			     ext2fs_test_inode_bitmap2(c->seen, next))) {
+		if (next && (next < EXT2_FIRST_INO(sb) || next > sb->s_inodes_count))
+			why = "out-of-range";
+		else if (next && ext2fs_test_inode_bitmap2(c->seen, next))
+			why = "the already seen";
+		if (why) {
 			/* Finish this one; the link past it is bad: end the list here. */
 			rr_log(LOG_WARNING, "orphan list: inode %u links to %s inode %u: list cut after it; run e2fsck",
-			       ino, ext2fs_test_inode_bitmap2(c->seen, next) ? "the already seen" : "out-of-range",
-			       next);
+			       ino, why, next);
 			in.i_dtime = 0;
 			if (inode_write(rfs, ino, &in))
 				break;
