@@ -82,29 +82,6 @@ static struct orphan_ent *ent_find(struct rr_orphans *o, ext2_ino_t ino)
 	return e;
 }
 
-static void ent_grow(struct rr_orphans *o)
-{
-	size_t i, n = o->nbuckets * 2;
-	struct orphan_ent **h = calloc(n, sizeof(*h));
-
-	if (!h)
-		return;		/* longer chains, still correct */
-	for (i = 0; i < o->nbuckets; i++) {
-		struct orphan_ent *e = o->hash[i], *next;
-
-		for (; e; e = next) {
-			size_t b = (e->ino * 2654435761u) & (n - 1);
-
-			next = e->hnext;
-			e->hnext = h[b];
-			h[b] = e;
-		}
-	}
-	free(o->hash);
-	o->hash = h;
-	o->nbuckets = n;
-}
-
 static struct orphan_ent *ent_new(struct rr_orphans *o, ext2_ino_t ino, int32_t slot)
 {
 	struct orphan_ent *e = calloc(1, sizeof(*e));
@@ -112,8 +89,6 @@ static struct orphan_ent *ent_new(struct rr_orphans *o, ext2_ino_t ino, int32_t 
 
 	if (!e)
 		return NULL;
-	if (o->count >= o->nbuckets)
-		ent_grow(o);
 	e->ino = ino;
 	e->slot = slot;
 	b = ent_hash(o, ino);
@@ -332,7 +307,8 @@ int orphan_init(struct rr_fs *rfs, char *msg, size_t msglen)
 
 	pthread_mutex_init(&o->lock, NULL);
 	o->inited = 1;
-	o->nbuckets = 64;
+	/* Orphans are few (in flight unlinks, open-unlinked files): no need to grow. */
+	o->nbuckets = 1024;
 	o->hash = calloc(o->nbuckets, sizeof(*o->hash));
 	if (!o->hash) {
 		snprintf(msg, msglen, "out of memory");

@@ -77,6 +77,16 @@ def ino_of(image, path):
     return int(re.search(r"Inode:\s*(\d+)", debugfs(image, "stat " + path)).group(1))
 
 
+def open_unlinked(m, name, data):
+    """A file written and then unlinked while open: (fd, inode number)."""
+    p = m.path(name)
+    fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
+    os.write(fd, data)
+    ino = os.fstat(fd).st_ino
+    os.unlink(p)
+    return fd, ino
+
+
 def commit(m):
     """fsync of the root directory: rrfuse commits all metadata."""
     fd = os.open(m.mnt, os.O_RDONLY)
@@ -125,12 +135,8 @@ def kernel_finishes(image, tmp):
 def test_unlink_open_write_read(mount_factory, mkfs):
     m = mount_factory(mkfs_args=mkfs)
     b0 = free_blocks(m.mnt)
-    p = m.path("f")
-    fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
+    fd, ino = open_unlinked(m, "f", pattern("a", 4 * MiB))
     try:
-        os.write(fd, pattern("a", 4 * MiB))
-        ino = os.fstat(fd).st_ino
-        os.unlink(p)
         assert listed(m.image) == [ino]
         if mkfs == ORPHAN_FILE:
             assert last_orphan(m.image) == 0
@@ -213,13 +219,7 @@ def test_unlink_open_directory(mount_factory):
 def test_many_orphans_in_any_order(mount_factory):
     """The legacy chain stays walkable while orphans leave from the middle."""
     m = mount_factory()
-    fds = []
-    for i in range(12):
-        p = m.path("o%d" % i)
-        fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o600)
-        os.write(fd, pattern(i, 20000))
-        os.unlink(p)
-        fds.append((fd, os.fstat(fd).st_ino))
+    fds = [open_unlinked(m, "o%d" % i, pattern(i, 20000)) for i in range(12)]
     assert listed(m.image) == [ino for _, ino in reversed(fds)]
     for i in (5, 11, 0, 7, 6, 1):
         os.close(fds[i][0])
@@ -249,11 +249,7 @@ def test_shrinking_truncate_leaves_the_list(mount_factory):
 def test_sigkill_then_next_mount_frees(mount_factory, mkfs):
     m = mount_factory(mkfs_args=mkfs)
     b0 = free_blocks(m.mnt)
-    p = m.path("victim")
-    fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
-    os.write(fd, pattern("v", 6 * MiB))
-    ino = os.fstat(fd).st_ino
-    os.unlink(p)
+    fd, ino = open_unlinked(m, "victim", pattern("v", 6 * MiB))
     os.fsync(fd)                    # a commit: bitmaps on disk, as after any interval
     kill_daemon(m)
     try:
@@ -275,13 +271,7 @@ def test_sigkill_with_many_orphans(mount_factory):
     m = mount_factory()
     with open(m.path("keep"), "wb") as f:
         f.write(pattern("keep", 300000))
-    fds = []
-    for i in range(20):
-        p = m.path("o%d" % i)
-        fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o600)
-        os.write(fd, pattern(i, 50000))
-        fds.append(fd)
-        os.unlink(p)
+    fds = [open_unlinked(m, "o%d" % i, pattern(i, 50000))[0] for i in range(20)]
     for fd in fds[::3]:
         os.close(fd)
     assert wait_for(lambda: len(listed(m.image)) == 13, timeout=10)

@@ -180,5 +180,7 @@ int main(int argc, char **argv)
 	el = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
 	printf("rrunlink: %d workers, %lu rounds in %.2f s, %.2f rounds/s\n", workers, total, el,
 	       (double)total / el);
+	free(pids);
+	munmap(rounds, sizeof(*rounds) * (size_t)workers);
 	return rc;
 }
