@@ -372,7 +372,8 @@ int data_truncate(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size)
 	pthread_rwlock_wrlock(&ri->rw);
 	ret = emap_ensure(rfs, ri);
 	old = ri->size;
-	if (!ret && size <= old && (size < old || mapped_from(ri, (size + rfs->bsize - 1) >> rfs->bbits))) {
+	if (!ret && (size < old ||
+		     (size == old && mapped_from(ri, (size + rfs->bsize - 1) >> rfs->bbits)))) {
 		ret = shrink(rfs, ri, size, size != old ? data_times(rfs) : 0);
 	} else if (!ret) {
 		if (size > old)

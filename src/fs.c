@@ -118,17 +118,22 @@ static int feature_check(ext2_filsys fs, char *msg, size_t msglen)
 	return 0;
 }
 
-/* The ro_compat feature that keeps rrfuse from writing the image, or NULL. */
-static const char *unwritable_feature(ext2_filsys fs)
+/* Names the ro_compat feature that keeps rrfuse from writing the image in buf, or NULL. */
+static const char *unwritable_feature(ext2_filsys fs, char *buf, size_t len)
 {
 	__u32 ro_compat = fs->super->s_feature_ro_compat;
 	size_t i;
 
-	if (ro_compat & ~EXT2_LIB_FEATURE_RO_COMPAT_SUPP)
-		return "unknown ro_compat features";
+	if (ro_compat & ~EXT2_LIB_FEATURE_RO_COMPAT_SUPP) {
+		snprintf(buf, len, "unknown ro_compat features 0x%x",
+			 ro_compat & ~EXT2_LIB_FEATURE_RO_COMPAT_SUPP);
+		return buf;
+	}
 	for (i = 0; i < sizeof(ro_compat_ro) / sizeof(ro_compat_ro[0]); i++)
-		if (ro_compat & ro_compat_ro[i].mask)
-			return ro_compat_ro[i].name;
+		if (ro_compat & ro_compat_ro[i].mask) {
+			snprintf(buf, len, "feature '%s'", ro_compat_ro[i].name);
+			return buf;
+		}
 	return NULL;
 }
 
@@ -225,8 +230,7 @@ static int want_readonly_cleanup(const char *device, const char *unwritable, ext
 	if (!orphans_pending(*fs) || ((*fs)->super->s_state & EXT2_ERROR_FS))
 		return 0;
 	if (unwritable) {
-		rr_log(LOG_WARNING, "feature '%s' is not writable by rrfuse: skipping orphan cleanup",
-		       unwritable);
+		rr_log(LOG_WARNING, "%s is not writable by rrfuse: skipping orphan cleanup", unwritable);
 		return 0;
 	}
 	ext2fs_close_free(fs);
@@ -243,6 +247,7 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 {
 	ext2_filsys fs = NULL;
 	const char *unwritable;
+	char why[64];
 	errcode_t err;
 	int ret, ro = opts->ro, devro;
 
@@ -281,11 +286,11 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 		ext2fs_close_free(&fs);
 		return -EOPNOTSUPP;
 	}
-	unwritable = unwritable_feature(fs);
+	unwritable = unwritable_feature(fs, why, sizeof(why));
 	if (devro && orphans_pending(fs))
 		rr_log(LOG_WARNING, "write access unavailable, skipping orphan cleanup");
 	if (unwritable && !ro) {
-		rr_log(LOG_WARNING, "feature '%s' is not writable by rrfuse: mounting read-only", unwritable);
+		rr_log(LOG_WARNING, "%s is not writable by rrfuse: mounting read-only", unwritable);
 		ro = 1;
 	} else if (ro && !devro) {
 		rfs->ro_cleanup = want_readonly_cleanup(device, unwritable, &fs);
