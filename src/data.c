@@ -330,6 +330,38 @@ static int punch_blocks(struct rr_fs *rfs, struct rr_inode *ri, uint64_t first, 
 	return ret;
 }
 
+/* Is any block at or past lblk mapped?  Caller holds rw. */
+static int mapped_from(const struct rr_inode *ri, uint64_t lblk)
+{
+	const struct rr_emap *m = &ri->emap;
+
+	return m->n && (uint64_t)m->v[m->n - 1].lblk + m->v[m->n - 1].len > lblk;
+}
+
+/*
+ * Shrink to size, or to the same size to drop blocks past EOF (fallocated
+ * with KEEP_SIZE), as ext4 does.  On the orphan list meanwhile, with i_size
+ * final before any block goes: a crash leaves a truncate that the next
+ * mount (or the kernel, or e2fsck) finishes by truncating to i_size.
+ */
+static int shrink(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size, int times)
+{
+	uint64_t keep = (size + rfs->bsize - 1) >> rfs->bbits;
+	int ret, ret2;
+
+	ret = orphan_truncate_begin(rfs, ri->ino);
+	if (ret)
+		return ret;
+	ret = set_size(rfs, ri, size, times);
+	if (!ret)
+		ret = zero_partial(rfs, ri, size, blk_start(rfs, keep));
+	if (!ret)
+		ret = punch_blocks(rfs, ri, keep, (1ULL << 32) - 1);
+	/* Left listed on failure: the next mount finishes it. */
+	ret2 = ret ? 0 : orphan_truncate_done(rfs, ri->ino);
+	return ret ? ret : ret2;
+}
+
 int data_truncate(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size)
 {
 	uint64_t old;
@@ -340,17 +372,15 @@ int data_truncate(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size)
 	pthread_rwlock_wrlock(&ri->rw);
 	ret = emap_ensure(rfs, ri);
 	old = ri->size;
-	if (!ret && size < old) {
-		uint64_t keep = (size + rfs->bsize - 1) >> rfs->bbits;
-
-		ret = zero_partial(rfs, ri, size, blk_start(rfs, keep));
+	if (!ret && (size < old ||
+		     (size == old && mapped_from(ri, (size + rfs->bsize - 1) >> rfs->bbits)))) {
+		ret = shrink(rfs, ri, size, size != old ? data_times(rfs) : 0);
+	} else if (!ret) {
+		if (size > old)
+			ret = zero_old_tail(rfs, ri, size);
 		if (!ret)
-			ret = punch_blocks(rfs, ri, keep, (1ULL << 32) - 1);
-	} else if (!ret && size > old) {
-		ret = zero_old_tail(rfs, ri, size);
+			ret = set_size(rfs, ri, size, size != old ? data_times(rfs) : 0);
 	}
-	if (!ret)
-		ret = set_size(rfs, ri, size, size != old ? data_times(rfs) : 0);
 	pthread_rwlock_unlock(&ri->rw);
 	return ret;
 }

@@ -482,12 +482,13 @@ out:
 /*
  * Drop one link of a victim inode after its entry is gone: a directory
  * loses all, and takes its ".." link from parent.  Freed at once when
- * nobody holds it, else at the last forget/release.
+ * nobody holds it, else at the last forget/release, and on the orphan list
+ * until then.
  */
 static int drop_victim(struct rr_fs *rfs, ext2_ino_t parent, ext2_ino_t ino)
 {
 	struct ext2_inode_large in;
-	int ret = inode_load(rfs, ino, &in);
+	int ret = inode_load(rfs, ino, &in), in_use;
 
 	if (ret)
 		return ret;
@@ -500,8 +501,12 @@ static int drop_victim(struct rr_fs *rfs, ext2_ino_t parent, ext2_ino_t ino)
 		in.i_links_count--;
 	}
 	inode_touch(&in, RR_CTIME);
-	ret = inode_write(rfs, ino, &in);
-	if (!ret && !in.i_links_count && !rr_ifind(rfs, ino))
+	in_use = rr_ifind(rfs, ino) != NULL;
+	if (!in.i_links_count && in_use)
+		ret = orphan_add(rfs, ino, &in);
+	else
+		ret = inode_write(rfs, ino, &in);
+	if (!ret && !in.i_links_count && !in_use)
 		ret = inode_free_locked(rfs, ino);
 	return ret;
 }

@@ -6,6 +6,7 @@
 #include "rrfs.h"
 #include "io.h"
 #include "log.h"
+#include "orphan.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -72,28 +73,28 @@ int rr_err(errcode_t err)
 	}
 }
 
-static int feature_check(ext2_filsys fs, int *ro, char *msg, size_t msglen)
+static const struct {
+	__u32 mask;
+	const char *name;
+} bad_incompat[] = {
+	{ EXT2_FEATURE_INCOMPAT_COMPRESSION, "compression" },
+	{ EXT3_FEATURE_INCOMPAT_JOURNAL_DEV, "journal_dev" },
+	{ EXT4_FEATURE_INCOMPAT_DIRDATA, "dirdata" },
+	{ EXT4_FEATURE_INCOMPAT_INLINE_DATA, "inline_data" },
+	{ EXT4_FEATURE_INCOMPAT_ENCRYPT, "encrypt" },
+	{ EXT4_FEATURE_INCOMPAT_CASEFOLD, "casefold" },
+}, ro_compat_ro[] = {
+	{ EXT4_FEATURE_RO_COMPAT_QUOTA, "quota" },
+	{ EXT4_FEATURE_RO_COMPAT_BIGALLOC, "bigalloc" },
+	{ EXT4_FEATURE_RO_COMPAT_REPLICA, "replica" },
+	{ EXT4_FEATURE_RO_COMPAT_READONLY, "read-only" },
+	{ EXT4_FEATURE_RO_COMPAT_VERITY, "verity" },
+	{ EXT4_FEATURE_RO_COMPAT_SHARED_BLOCKS, "shared_blocks" },
+};
+
+static int feature_check(ext2_filsys fs, char *msg, size_t msglen)
 {
 	struct ext2_super_block *sb = fs->super;
-	static const struct {
-		__u32 mask;
-		const char *name;
-	} bad_incompat[] = {
-		{ EXT2_FEATURE_INCOMPAT_COMPRESSION, "compression" },
-		{ EXT3_FEATURE_INCOMPAT_JOURNAL_DEV, "journal_dev" },
-		{ EXT4_FEATURE_INCOMPAT_DIRDATA, "dirdata" },
-		{ EXT4_FEATURE_INCOMPAT_INLINE_DATA, "inline_data" },
-		{ EXT4_FEATURE_INCOMPAT_ENCRYPT, "encrypt" },
-		{ EXT4_FEATURE_INCOMPAT_CASEFOLD, "casefold" },
-	}, ro_compat_ro[] = {
-		{ EXT4_FEATURE_RO_COMPAT_QUOTA, "quota" },
-		{ EXT4_FEATURE_RO_COMPAT_BIGALLOC, "bigalloc" },
-		{ EXT4_FEATURE_RO_COMPAT_REPLICA, "replica" },
-		{ EXT4_FEATURE_RO_COMPAT_READONLY, "read-only" },
-		{ EXT4_FEATURE_RO_COMPAT_VERITY, "verity" },
-		{ EXT4_FEATURE_RO_COMPAT_SHARED_BLOCKS, "shared_blocks" },
-		{ EXT4_FEATURE_RO_COMPAT_ORPHAN_PRESENT, "orphan_present (orphans pending)" },
-	};
 	size_t i;
 
 	if (sb->s_rev_level > EXT2_DYNAMIC_REV) {
@@ -114,27 +115,31 @@ static int feature_check(ext2_filsys fs, int *ro, char *msg, size_t msglen)
 		snprintf(msg, msglen, "the journal needs recovery: run 'e2fsck -fy' on the image first");
 		return -EUCLEAN;
 	}
-	if (*ro)
-		return 0;
-	if (sb->s_feature_ro_compat & ~EXT2_LIB_FEATURE_RO_COMPAT_SUPP) {
-		rr_log(LOG_WARNING, "unknown ro_compat features 0x%x: mounting read-only",
-		       sb->s_feature_ro_compat & ~EXT2_LIB_FEATURE_RO_COMPAT_SUPP);
-		*ro = 1;
-		return 0;
+	return 0;
+}
+
+/* Names the ro_compat feature that keeps rrfuse from writing the image in buf, or NULL. */
+static const char *unwritable_feature(ext2_filsys fs, char *buf, size_t len)
+{
+	__u32 ro_compat = fs->super->s_feature_ro_compat;
+	size_t i;
+
+	if (ro_compat & ~EXT2_LIB_FEATURE_RO_COMPAT_SUPP) {
+		snprintf(buf, len, "unknown ro_compat features 0x%x",
+			 ro_compat & ~EXT2_LIB_FEATURE_RO_COMPAT_SUPP);
+		return buf;
 	}
 	for (i = 0; i < sizeof(ro_compat_ro) / sizeof(ro_compat_ro[0]); i++)
-		if (sb->s_feature_ro_compat & ro_compat_ro[i].mask) {
-			rr_log(LOG_WARNING, "feature '%s' is not writable by rrfuse: mounting read-only",
-			       ro_compat_ro[i].name);
-			*ro = 1;
-			return 0;
+		if (ro_compat & ro_compat_ro[i].mask) {
+			snprintf(buf, len, "feature '%s'", ro_compat_ro[i].name);
+			return buf;
 		}
-	if (sb->s_last_orphan) {
-		rr_log(LOG_WARNING, "orphan list present (inode %u): mounting read-only; run e2fsck",
-		       sb->s_last_orphan);
-		*ro = 1;
-	}
-	return 0;
+	return NULL;
+}
+
+static int orphans_pending(ext2_filsys fs)
+{
+	return fs->super->s_last_orphan || ext2fs_has_feature_orphan_present(fs->super);
 }
 
 /*
@@ -192,14 +197,59 @@ static uint64_t overhead_blocks(ext2_filsys fs)
 	return total;
 }
 
-int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts, char *msg,
-	       size_t msglen)
+/*
+ * Open the image through our io manager, read-write if rw.  *devro: it
+ * refused writing (a read-only file or device), so it is open read-only.
+ */
+static errcode_t open_image(const char *device, int rw, int *devro, ext2_filsys *fs)
 {
 	/* FORCE: libext2fs would refuse unknown features without naming them; feature_check() does. */
 	int flags = EXT2_FLAG_64BITS | EXT2_FLAG_EXCLUSIVE | EXT2_FLAG_FORCE;
-	ext2_filsys fs = NULL;
 	errcode_t err;
-	int ret, ro = opts->ro;
+
+	*devro = 0;
+	io_set_readonly(!rw);
+	err = ext2fs_open2(device, NULL, flags | (rw ? EXT2_FLAG_RW : 0), 0, 0, rr_io_manager, fs);
+	if (rw && (err == EACCES || err == EROFS || err == EPERM)) {
+		io_set_readonly(1);
+		err = ext2fs_open2(device, NULL, flags, 0, 0, rr_io_manager, fs);
+		*devro = !err;
+	}
+	return err;
+}
+
+/*
+ * A read-only mount still finishes a crash's orphans, as the kernel's does
+ * ("orphan cleanup on readonly fs"), unless the image cannot be written.
+ * Returns 1 when fs was reopened read-write for that, 0 otherwise.
+ */
+static int want_readonly_cleanup(const char *device, const char *unwritable, ext2_filsys *fs)
+{
+	int devro;
+
+	if (!orphans_pending(*fs) || ((*fs)->super->s_state & EXT2_ERROR_FS))
+		return 0;
+	if (unwritable) {
+		rr_log(LOG_WARNING, "%s is not writable by rrfuse: skipping orphan cleanup", unwritable);
+		return 0;
+	}
+	ext2fs_close_free(fs);
+	if (!open_image(device, 1, &devro, fs) && !devro)
+		return 1;
+	rr_log(LOG_WARNING, "write access unavailable, skipping orphan cleanup");
+	if (!devro)
+		open_image(device, 0, &devro, fs);
+	return 0;
+}
+
+int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts, char *msg,
+	       size_t msglen)
+{
+	ext2_filsys fs = NULL;
+	const char *unwritable;
+	char why[64];
+	errcode_t err;
+	int ret, ro = opts->ro, devro;
 
 	memset(rfs, 0, sizeof(*rfs));
 	rfs->opts = *opts;
@@ -208,16 +258,11 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 	pthread_mutex_init(&rfs->commit_lock, NULL);
 	pthread_cond_init(&rfs->commit_cond, NULL);
 
-	io_set_readonly(ro);
-	err = ext2fs_open2(device, NULL, flags | (ro ? 0 : EXT2_FLAG_RW), 0, 0, rr_io_manager, &fs);
-	if (!ro && (err == EACCES || err == EROFS || err == EPERM)) {
+	err = open_image(device, !ro, &devro, &fs);
+	if (devro) {
 		/* A read-only image file or device: like the kernel, fall back to ro. */
-		io_set_readonly(1);
-		if (!ext2fs_open2(device, NULL, flags, 0, 0, rr_io_manager, &fs)) {
-			rr_log(LOG_WARNING, "%s is write-protected: mounting read-only", device);
-			ro = 1;
-			err = 0;
-		}
+		rr_log(LOG_WARNING, "%s is write-protected: mounting read-only", device);
+		ro = 1;
 	}
 	if (err) {
 		if (err == EBUSY)
@@ -228,7 +273,7 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 			snprintf(msg, msglen, "%s: %s", device, error_message(err));
 		return -EINVAL;
 	}
-	ret = feature_check(fs, &ro, msg, msglen);
+	ret = feature_check(fs, msg, msglen);
 	if (!ret)
 		ret = geometry_check(fs, device, msg, msglen);
 	if (ret) {
@@ -241,21 +286,30 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 		ext2fs_close_free(&fs);
 		return -EOPNOTSUPP;
 	}
+	unwritable = unwritable_feature(fs, why, sizeof(why));
+	if (devro && orphans_pending(fs))
+		rr_log(LOG_WARNING, "write access unavailable, skipping orphan cleanup");
+	if (unwritable && !ro) {
+		rr_log(LOG_WARNING, "%s is not writable by rrfuse: mounting read-only", unwritable);
+		ro = 1;
+	} else if (ro && !devro) {
+		rfs->ro_cleanup = want_readonly_cleanup(device, unwritable, &fs);
+		if (!fs) {
+			snprintf(msg, msglen, "%s: cannot reopen the image", device);
+			return -EIO;
+		}
+	}
 	err = ext2fs_read_bitmaps(fs);
 	if (err) {
 		snprintf(msg, msglen, "%s: cannot read bitmaps: %s", device, error_message(err));
 		ext2fs_close_free(&fs);
 		return -EIO;
 	}
-	if (ro)
-		fs->flags &= ~EXT2_FLAG_RW;
 
 	rfs->fs = fs;
 	rfs->fd = io_fd(fs->io);
 	rfs->bsize = fs->blocksize;
 	rfs->bbits = (unsigned int)(__builtin_ctz(fs->blocksize));
-	rfs->ro = ro;
-	rfs->opts.ro = ro;
 	rfs->orig_state = fs->super->s_state;
 	if (!(fs->super->s_state & EXT2_VALID_FS))
 		rr_log(LOG_WARNING, "warning: mounting unchecked fs, running e2fsck is recommended");
@@ -263,33 +317,104 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 		rr_log(LOG_WARNING, "warning: mounting fs with errors, running e2fsck is recommended");
 
 	ret = rr_itab_init(&rfs->itab);
-	if (!ret && !ro)
+	if (!ret && (!ro || rfs->ro_cleanup))
 		ret = rr_alloc_attach(fs, &rfs->alloc);
+	if (!ret && (!ro || rfs->ro_cleanup)) {
+		ret = orphan_init(rfs, msg, msglen);
+		if (ret && ret != -ENOMEM) {
+			rr_log(LOG_WARNING, "%s: %s: %s; run e2fsck", device, msg,
+			       ro ? "skipping orphan cleanup" : "mounting read-only");
+			ro = 1;
+			rfs->ro_cleanup = 0;
+			rr_alloc_detach(rfs->alloc);
+			rfs->alloc = NULL;
+			ret = 0;
+		}
+	}
 	if (ret) {
-		snprintf(msg, msglen, "out of memory");
+		if (ret == -ENOMEM)
+			snprintf(msg, msglen, "out of memory");
+		orphan_destroy(rfs);
+		if (rfs->alloc)
+			rr_alloc_detach(rfs->alloc);
 		ext2fs_close_free(&rfs->fs);
 		return ret;
 	}
+	if (ro && !rfs->ro_cleanup)
+		fs->flags &= ~EXT2_FLAG_RW;
+	rfs->ro = ro;
+	rfs->opts.ro = ro;
 	rfs->overhead = overhead_blocks(fs);
 	return 0;
 }
 
 /*
+ * The superblock's primary copy, written now: the orphan list's updates are
+ * ordered against inode writes (the commit writes it with everything else
+ * otherwise).  Caller holds the fs lock.  libext2fs's flush writes only what
+ * differs from orig_super, so orig_super learns what is on disk.
+ */
+int rr_fs_write_super(struct rr_fs *rfs)
+{
+	ext2_filsys fs = rfs->fs;
+	struct ext2_super_block sb = *fs->super;
+	errcode_t err;
+	int ret;
+
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+	ext2fs_swap_super(&sb);
+#endif
+	err = ext2fs_superblock_csum_set(fs, &sb);
+	if (err)
+		return rr_err(err);
+	ret = io_pwrite_all(rfs->fd, &sb, SUPERBLOCK_SIZE, SUPERBLOCK_OFFSET);
+	if (!ret && fs->orig_super)
+		memcpy(fs->orig_super, &sb, SUPERBLOCK_SIZE);
+	return ret;
+}
+
+/* "orphan cleanup on readonly fs": writable for as long as that takes. */
+static int cleanup_readonly(struct rr_fs *rfs)
+{
+	int ret;
+
+	rr_log(LOG_NOTICE, "orphan cleanup on readonly fs");
+	rfs->ro = 0;
+	orphan_cleanup(rfs);
+	ret = rr_fs_commit(rfs, 1);
+	rfs->ro = 1;
+	rfs->ro_cleanup = 0;
+	rfs->fs->flags &= ~EXT2_FLAG_RW;
+	rr_alloc_detach(rfs->alloc);
+	rfs->alloc = NULL;
+	return ret;
+}
+
+/*
  * Record the mount in the superblock: from here on a crash leaves an image
  * that e2fsck checks in full.  Nothing is written to the image before this.
+ * Then finish the orphans a crash left, as the kernel does at mount.
  */
 int rr_fs_mark_mounted(struct rr_fs *rfs)
 {
 	ext2_filsys fs = rfs->fs;
 
+	int ret;
+
 	if (rfs->ro)
-		return 0;
+		return rfs->ro_cleanup ? cleanup_readonly(rfs) : 0;
 	fs->super->s_state &= (__u16)~EXT2_VALID_FS;
 	fs->super->s_mnt_count++;
 	fs->super->s_mtime = (__u32)time(NULL);
 	ext2fs_mark_super_dirty(fs);
 	rfs->mounted = 1;
-	return rr_fs_commit(rfs, 1);
+	ret = rr_fs_commit(rfs, 1);
+	/* After the mark: a crash while finishing orphans leaves an unclean image. */
+	if (!ret && orphans_pending(fs)) {
+		orphan_cleanup(rfs);
+		ret = rr_fs_commit(rfs, 1);
+	}
+	return ret;
 }
 
 int rr_fs_commit(struct rr_fs *rfs, int sync)
@@ -301,6 +426,7 @@ int rr_fs_commit(struct rr_fs *rfs, int sync)
 	if (rfs->ro)
 		return 0;
 	rr_fs_lock(rfs);
+	orphan_commit(rfs);
 	if (fs->flags & (EXT2_FLAG_DIRTY | EXT2_FLAG_BB_DIRTY | EXT2_FLAG_IB_DIRTY) || rfs->dirty) {
 		err = ext2fs_flush2(fs, EXT2_FLAG_FLUSH_NO_SYNC);
 		if (!err)
@@ -367,6 +493,9 @@ int rr_fs_close(struct rr_fs *rfs)
 		return 0;
 	rr_itab_destroy(rfs);
 	if (rfs->mounted) {
+		orphan_commit(rfs);
+		if (rfs->fs->super->s_last_orphan || rfs->orphans.of_used)
+			rr_log(LOG_WARNING, "orphans left on the list: the next mount or e2fsck finishes them");
 		/* A clean unmount: the state the image had when we mounted it. */
 		rfs->fs->super->s_state = rfs->orig_state;
 		rfs->fs->super->s_wtime = (__u32)time(NULL);
@@ -385,5 +514,6 @@ int rr_fs_close(struct rr_fs *rfs)
 	err = ext2fs_close_free(&rfs->fs);
 	if (err && !ret)
 		ret = rr_err(err);
+	orphan_destroy(rfs);
 	return ret;
 }

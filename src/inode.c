@@ -9,8 +9,8 @@
  * is one copy of each field and nothing to keep coherent.
  *
  * An inode whose last link is removed while in use is freed when its last
- * lookup and open are gone (rr_iput); the on-disk orphan list that makes this
- * survive a crash belongs to src/orphan.c.
+ * lookup and open are gone (rr_iput); until then it is on the on-disk orphan
+ * list (src/orphan.c), so that a crash cannot leak it.
  */
 #include "rrfs.h"
 #include "log.h"
@@ -500,10 +500,13 @@ int inode_free_locked(struct rr_fs *rfs, ext2_ino_t ino)
 	int ret = 0;
 
 	err = ext2fs_read_inode_full(fs, ino, (struct ext2_inode *)&in, sizeof(in));
-	/* Freed already (e.g. by a racing path), or still linked: nothing to do. */
-	if (err || in.i_links_count || !in.i_mode || in.i_dtime ||
-	    !ext2fs_test_inode_bitmap2(fs->inode_map, ino))
+	/*
+	 * Freed already (e.g. by a racing path), or still linked: nothing to
+	 * do.  Not i_dtime: on an orphan it is the next-orphan link.
+	 */
+	if (err || in.i_links_count || !in.i_mode || !ext2fs_test_inode_bitmap2(fs->inode_map, ino))
 		return rr_err(err);
+	/* Blocks first, while the inode is still listed: a crash resumes the delete. */
 	ret = emap_tree_punch(rfs, ino, &in, 0, ~0ULL);
 	if (ret)
 		rr_log(LOG_ERR, "inode %u: cannot free its blocks: %s", ino, strerror(-ret));
@@ -516,6 +519,8 @@ int inode_free_locked(struct rr_fs *rfs, ext2_ino_t ino)
 			ext2fs_block_alloc_stats2(fs, xblk, -1);
 		ext2fs_file_acl_block_set(fs, (struct ext2_inode *)&in, 0);
 	}
+	if (!ret)
+		ret = orphan_del(rfs, ino, &in);
 	if (!ret) {
 		in.i_dtime = (__u32)time(NULL);
 		ext2fs_iblk_set(fs, (struct ext2_inode *)&in, 0);

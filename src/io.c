@@ -15,7 +15,9 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/fs.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -114,7 +116,14 @@ static errcode_t rr_io_open(const char *name, int flags, io_channel *channel)
 		return errno;
 	if (fstat(fd, &st) == 0 && S_ISBLK(st.st_mode) && (oflags & O_RDWR)) {
 		/* O_EXCL on a block device fails if the kernel has it mounted. */
-		int efd = open(name, oflags | O_EXCL);
+		int efd = open(name, oflags | O_EXCL), devro = 0;
+
+		/* A read-only device opens for writing and then fails every write. */
+		if (efd >= 0 && ioctl(efd, BLKROGET, &devro) == 0 && devro) {
+			close(efd);
+			efd = -1;
+			errno = EROFS;
+		}
 
 		if (efd < 0) {
 			err = errno;

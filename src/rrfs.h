@@ -11,6 +11,8 @@
  *                   it (bitmaps, group descriptors, superblock, inode table
  *                   blocks, directories, xattrs).  Held for short sections;
  *                   file data never moves under it.
+ *   orphans.lock    the in-memory orphan list and orphan-file copies
+ *                   (src/orphan.c); taken inside the fs lock only.
  *   itab.lock       the in-memory inode table, lookup and open counts.  A
  *                   leaf: nothing is taken while it is held.
  */
@@ -25,6 +27,7 @@
 #include <ext2fs/ext2fs.h>
 
 #include "rrfuse/alloc.h"
+#include "orphan.h"
 
 #define RR_CACHELINE 64
 
@@ -98,6 +101,7 @@ struct rr_fs {
 	void *se;		/* the FUSE session, for notifications */
 	uint16_t orig_state;	/* s_state at mount, restored at a clean unmount */
 	int mounted;		/* the image says "in use": a clean unmount must say otherwise */
+	int ro_cleanup;		/* ro, but writable until the mount has finished orphans */
 	uint64_t overhead;	/* blocks of static metadata, left out of statfs f_blocks */
 
 	/* Written under the fs lock: its own cache lines. */
@@ -114,6 +118,9 @@ struct rr_fs {
 	pthread_cond_t commit_cond;
 	int commit_stop;
 	int commit_running;
+
+	/* Orphan list: written by unlink, final release and truncate only. */
+	struct rr_orphans orphans __attribute__((aligned(RR_CACHELINE)));
 };
 
 /* fs.c */
@@ -121,6 +128,7 @@ int rr_err(errcode_t err);
 int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts, char *msg, size_t msglen);
 int rr_fs_close(struct rr_fs *rfs);
 int rr_fs_mark_mounted(struct rr_fs *rfs);
+int rr_fs_write_super(struct rr_fs *rfs);
 int rr_fs_commit(struct rr_fs *rfs, int sync);
 void rr_fs_start_commit_thread(struct rr_fs *rfs);
 void rr_fs_lock(struct rr_fs *rfs);
