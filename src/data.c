@@ -13,6 +13,7 @@
  * the disk: a reader never sees stale blocks.  Past i_size, the rest of the
  * last block is kept zero on disk, so growing a file never exposes old bytes.
  */
+#include "error.h"
 #include "rrfs.h"
 #include "io.h"
 #include "log.h"
@@ -82,7 +83,7 @@ static int write_whole_blocks(struct rr_fs *rfs, uint64_t pblk, uint64_t lblk, u
 	cnt += iov_zero(iov + cnt, 2, (size_t)(bend - seg_end));
 	ret = io_pwritev_all(rfs->fd, iov, cnt, blk_start(rfs, pblk));
 	if (ret)
-		rr_log(LOG_ERR, "write error at block %llu: %s", (unsigned long long)pblk, strerror(-ret));
+		rr_data_io_error(1, pblk, -ret);
 	return ret;
 }
 
@@ -138,8 +139,7 @@ static int move_mapped(struct rr_fs *rfs, struct rr_inode *ri, char *buf, uint64
 			else
 				ret = io_pread_all(rfs->fd, buf + (pos - off), (size_t)(seg_end - pos), dev);
 			if (ret)
-				rr_log(LOG_ERR, "inode %u: I/O error at block %llu: %s", ri->ino,
-				       (unsigned long long)m.pblk, strerror(-ret));
+				rr_data_io_error(write, m.pblk, -ret);
 		} else if (!write) {
 			memset(buf + (pos - off), 0, (size_t)(seg_end - pos));
 		}

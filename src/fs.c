@@ -7,6 +7,7 @@
 #include "io.h"
 #include "log.h"
 #include "orphan.h"
+#include "error.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -67,8 +68,9 @@ int rr_err(errcode_t err)
 	case EXT2_ET_INVALID_ARGUMENT:
 		return -EINVAL;
 	default:
-		/* Corruption, checksum failures, bad block numbers: EIO, logged. */
+		/* Corruption, checksum failures, bad block numbers: EIO, logged, errors= applies. */
 		rr_log(LOG_ERR, "filesystem error: %s", error_message(err));
+		rr_fs_error(err, 0, 0);
 		return -EIO;
 	}
 }
@@ -242,6 +244,28 @@ static int want_readonly_cleanup(const char *device, const char *unwritable, ext
 	return 0;
 }
 
+/* Metadata that cannot be read or written: a filesystem error (the data path's are not). */
+static errcode_t metadata_io_error(unsigned long block, errcode_t error, const char *what)
+{
+	rr_log(LOG_ERR, "I/O error %s metadata block %lu: %s", what, block, error_message(error));
+	rr_fs_error(error, 0, block);
+	return error;
+}
+
+static errcode_t metadata_read_error(io_channel ch, unsigned long block, int count, void *data,
+				     size_t size, int actual, errcode_t error)
+{
+	(void)ch, (void)count, (void)data, (void)size, (void)actual;
+	return metadata_io_error(block, error, "reading");
+}
+
+static errcode_t metadata_write_error(io_channel ch, unsigned long block, int count,
+				      const void *data, size_t size, int actual, errcode_t error)
+{
+	(void)ch, (void)count, (void)data, (void)size, (void)actual;
+	return metadata_io_error(block, error, "writing");
+}
+
 int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts, char *msg,
 	       size_t msglen)
 {
@@ -342,6 +366,9 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 	}
 	if (ro && !rfs->ro_cleanup)
 		fs->flags &= ~EXT2_FLAG_RW;
+	fs->io->read_error = metadata_read_error;
+	fs->io->write_error = metadata_write_error;
+	rr_error_attach(rfs, opts->errors);
 	rfs->ro = ro;
 	rfs->opts.ro = ro;
 	rfs->overhead = overhead_blocks(fs);
@@ -423,9 +450,11 @@ int rr_fs_commit(struct rr_fs *rfs, int sync)
 	errcode_t err = 0;
 	int ret;
 
-	if (rfs->ro)
+	/* After errors=remount-ro, what was done before the error still reaches the image. */
+	if (rfs->ro && !rfs->mounted)
 		return 0;
 	rr_fs_lock(rfs);
+	rr_error_commit(rfs);
 	orphan_commit(rfs);
 	if (fs->flags & (EXT2_FLAG_DIRTY | EXT2_FLAG_BB_DIRTY | EXT2_FLAG_IB_DIRTY) || rfs->dirty) {
 		err = ext2fs_flush2(fs, EXT2_FLAG_FLUSH_NO_SYNC);
@@ -496,7 +525,8 @@ int rr_fs_close(struct rr_fs *rfs)
 		orphan_commit(rfs);
 		if (rfs->fs->super->s_last_orphan || rfs->orphans.of_used)
 			rr_log(LOG_WARNING, "orphans left on the list: the next mount or e2fsck finishes them");
-		/* A clean unmount: the state the image had when we mounted it. */
+		/* A clean unmount: the state the image had when we mounted it, and any error since. */
+		rr_error_commit(rfs);
 		rfs->fs->super->s_state = rfs->orig_state;
 		rfs->fs->super->s_wtime = (__u32)time(NULL);
 		ext2fs_mark_super_dirty(rfs->fs);
@@ -515,5 +545,6 @@ int rr_fs_close(struct rr_fs *rfs)
 	if (err && !ret)
 		ret = rr_err(err);
 	orphan_destroy(rfs);
+	rr_error_detach();
 	return ret;
 }

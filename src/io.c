@@ -25,6 +25,44 @@ struct io_private {
 	int fd;
 };
 
+/*
+ * Testing only: RRFUSE_IO_FAIL="r:N,w:M,..." makes every read (r) or write
+ * (w) that touches the 4 KiB block N of the image fail with EIO, as a bad
+ * sector would, for the tests of error handling (as e2fsprogs' test_io).
+ */
+#define IO_FAIL_MAX 8
+static struct {
+	int n;
+	char op[IO_FAIL_MAX];
+	uint64_t blk[IO_FAIL_MAX];
+} io_fail;
+
+static void io_fail_parse(void)
+{
+	const char *s = getenv("RRFUSE_IO_FAIL");
+	char *end;
+
+	io_fail.n = 0;
+	while (s && *s && io_fail.n < IO_FAIL_MAX) {
+		if ((s[0] != 'r' && s[0] != 'w') || s[1] != ':')
+			break;
+		io_fail.op[io_fail.n] = s[0];
+		io_fail.blk[io_fail.n++] = strtoull(s + 2, &end, 10);
+		s = *end == ',' ? end + 1 : end;
+	}
+}
+
+static int io_fails(char op, uint64_t off, size_t len)
+{
+	int i;
+
+	for (i = 0; i < io_fail.n; i++)
+		if (io_fail.op[i] == op && off < (io_fail.blk[i] + 1) * 4096 &&
+		    off + len > io_fail.blk[i] * 4096)
+			return 1;
+	return 0;
+}
+
 static int io_open_readonly;
 
 void io_set_readonly(int ro)
@@ -41,6 +79,8 @@ int io_pread_all(int fd, void *buf, size_t len, uint64_t off)
 {
 	char *p = buf;
 
+	if (io_fail.n && io_fails('r', off, len))
+		return -EIO;
 	while (len) {
 		ssize_t n = pread(fd, p, len, (off_t)off);
 
@@ -63,6 +103,15 @@ int io_pread_all(int fd, void *buf, size_t len, uint64_t off)
 
 int io_pwritev_all(int fd, struct iovec *iov, int iovcnt, uint64_t off)
 {
+	if (io_fail.n) {
+		size_t len = 0;
+		int i;
+
+		for (i = 0; i < iovcnt; i++)
+			len += iov[i].iov_len;
+		if (io_fails('w', off, len))
+			return -EIO;
+	}
 	while (iovcnt > 0) {
 		ssize_t n = pwritev(fd, iov, iovcnt, (off_t)off);
 
@@ -109,6 +158,7 @@ static errcode_t rr_io_open(const char *name, int flags, io_channel *channel)
 
 	if (!name)
 		return EXT2_ET_BAD_DEVICE_NAME;
+	io_fail_parse();
 	oflags = ((flags & IO_FLAG_RW) && !io_open_readonly) ? O_RDWR : O_RDONLY;
 	oflags |= O_CLOEXEC;
 	fd = open(name, oflags);

@@ -8,6 +8,7 @@
 #include <et/com_err.h>
 #include <ext2fs/ext2_err.h>
 #include "log.h"
+#include "error.h"
 #include "rrfs.h"
 
 #include <errno.h>
@@ -27,6 +28,7 @@ struct cmdline {
 	char *device;
 	char *mountpoint;	/* as given, for checking before libfuse does */
 	char *commit;
+	char *errors;
 	int ro;
 	int norecovery;
 	int no_writeback;
@@ -41,6 +43,7 @@ enum { KEY_RO, KEY_NORECOVERY, KEY_HELP, KEY_VERSION };
 #define OPT(t, p, v) { t, offsetof(struct cmdline, p), v }
 static const struct fuse_opt opt_spec[] = {
 	OPT("commit=%s", commit, 0),
+	OPT("errors=%s", errors, 0),
 	OPT("no_writeback_cache", no_writeback, 1),
 	OPT("check", check, 1),
 	FUSE_OPT_KEY("ro", KEY_RO),
@@ -92,6 +95,8 @@ static void usage(const char *prog)
 	       "    -o ro                  mount read-only (default: read-write); orphans left by a crash\n"
 	       "                           are finished first unless the image is write-protected, as ext4\n"
 	       "    -o commit=SECONDS      write dirty metadata at least this often (default 5; 0 = only at fsync/unmount)\n"
+	       "    -o errors=continue|remount-ro|panic\n"
+	       "                           what a filesystem error does (default: as the image says, tune2fs -e)\n"
 	       "    -o no_writeback_cache  do not use the kernel's writeback cache (default: use it)\n"
 	       "    -o norecovery, noload  accepted for compatibility with ext4 (orphans are still finished)\n"
 	       "    -o check               debugging: verify cached block maps against disk after every change\n"
@@ -162,6 +167,11 @@ int main(int argc, char *argv[])
 		goto out;
 	if (c.commit && parse_uint(c.commit, 86400, &opts.commit_secs)) {
 		fprintf(stderr, "rrfuse: bad value for commit=: '%s' (seconds, 0..86400)\n", c.commit);
+		goto out;
+	}
+	if (c.errors && (opts.errors = rr_errors_parse(c.errors)) < 0) {
+		fprintf(stderr, "rrfuse: bad value for errors=: '%s' (continue, remount-ro or panic)\n",
+			c.errors);
 		goto out;
 	}
 	opts.ro = c.ro;
@@ -243,6 +253,7 @@ out:
 	free(c.device);
 	free(c.mountpoint);
 	free(c.commit);
+	free(c.errors);
 	free(fo.mountpoint);
 	fuse_opt_free_args(&args);
 	return ret;

@@ -86,6 +86,7 @@ struct rr_opts {
 	int writeback;		/* kernel writeback cache */
 	int debug;
 	int check;		/* -o check: verify in-memory state against disk after changes */
+	int errors;		/* errors=: EXT2_ERRORS_*, 0 = as the superblock says */
 };
 
 struct rr_fs {
@@ -94,7 +95,7 @@ struct rr_fs {
 	int fd;			/* image or device, for the data path */
 	unsigned int bsize;
 	unsigned int bbits;
-	int ro;
+	atomic_int ro;		/* set at mount; errors=remount-ro sets it later */
 	struct rr_opts opts;
 	struct rr_alloc *alloc;
 	const char *device;

@@ -1,0 +1,213 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Filesystem errors: logging, the superblock's error record, and errors=.
+ *
+ * An error is met anywhere, often deep inside a libext2fs call made under
+ * the fs lock, so recording it must not need that lock: err_lock (a leaf
+ * lock, taken with or without the fs lock) guards the pending record, and
+ * rr_error_commit() moves it into the superblock under the fs lock at the
+ * next commit or at unmount.  errors=remount-ro makes rfs->ro true at once,
+ * so every later change gets EROFS while what was done before still reaches
+ * the image; errors=panic writes the superblock and stops the daemon on the
+ * spot (the kernel then fails every call on the mount with ENOTCONN), as the
+ * kernel commits the superblock and panics.
+ */
+#include "error.h"
+#include "io.h"
+#include "log.h"
+#include "rrfs.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ext4's s_{first,last}_error_errcode values (ext4_errno_to_code). */
+#define RR_ERR_EIO		2
+#define RR_ERR_EFSBADCRC	4
+#define RR_ERR_EFSCORRUPTED	5
+
+struct err_record {
+	uint32_t time;
+	ext2_ino_t ino;
+	uint64_t blk;
+	uint8_t code;
+};
+
+static struct {
+	pthread_mutex_t lock;
+	struct rr_fs *rfs;
+	int behaviour;
+	unsigned int pending;		/* errors not yet in the superblock */
+	struct err_record first, last;
+	int have_first;
+	/* Data blocks already reported, so that a retrying reader does not flood the log. */
+	uint64_t logged[16];
+	unsigned int nlogged;
+} err = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static const char *const names[] = {
+	[EXT2_ERRORS_CONTINUE] = "continue",
+	[EXT2_ERRORS_RO] = "remount-ro",
+	[EXT2_ERRORS_PANIC] = "panic",
+};
+
+int rr_errors_parse(const char *s)
+{
+	int i;
+
+	for (i = EXT2_ERRORS_CONTINUE; i <= EXT2_ERRORS_PANIC; i++)
+		if (!strcmp(s, names[i]))
+			return i;
+	return -1;
+}
+
+const char *rr_errors_name(int behaviour)
+{
+	return behaviour >= EXT2_ERRORS_CONTINUE && behaviour <= EXT2_ERRORS_PANIC ? names[behaviour] :
+										       "continue";
+}
+
+void rr_error_attach(struct rr_fs *rfs, int behaviour)
+{
+	int sb = rfs->fs->super->s_errors;
+
+	pthread_mutex_lock(&err.lock);
+	err.rfs = rfs;
+	/* The image's choice unless the mount says otherwise; unknown values mean continue. */
+	err.behaviour = behaviour ? behaviour :
+		(sb >= EXT2_ERRORS_CONTINUE && sb <= EXT2_ERRORS_PANIC ? sb : EXT2_ERRORS_CONTINUE);
+	pthread_mutex_unlock(&err.lock);
+}
+
+void rr_error_detach(void)
+{
+	pthread_mutex_lock(&err.lock);
+	err.rfs = NULL;
+	pthread_mutex_unlock(&err.lock);
+}
+
+static uint8_t code_of(errcode_t e)
+{
+	if (e > 0 && e < 4096)
+		return RR_ERR_EIO;
+	switch (e) {
+	case EXT2_ET_BAD_CRC:
+	case EXT2_ET_DIR_CSUM_INVALID:
+	case EXT2_ET_EXTENT_CSUM_INVALID:
+	case EXT2_ET_INODE_CSUM_INVALID:
+	case EXT2_ET_EXT_ATTR_CSUM_INVALID:
+	case EXT2_ET_BLOCK_BITMAP_CSUM_INVALID:
+	case EXT2_ET_INODE_BITMAP_CSUM_INVALID:
+	case EXT2_ET_SB_CSUM_INVALID:
+		return RR_ERR_EFSBADCRC;
+	default:
+		return RR_ERR_EFSCORRUPTED;
+	}
+}
+
+/* The superblock's primary copy with the error recorded, then the daemon stops. */
+static void panic_now(struct rr_fs *rfs)
+{
+	static atomic_int panicking;
+
+	if (atomic_exchange(&panicking, 1))
+		_exit(EXIT_FAILURE);	/* an error while writing the superblock: stop here */
+	rr_log(LOG_CRIT, "errors=panic: stopping after a filesystem error; unmount with fusermount3 -u");
+	if (rfs->mounted) {
+		rr_error_commit(rfs);
+		rr_fs_write_super(rfs);
+		io_flush(rfs->fd);
+	}
+	_exit(EXIT_FAILURE);
+}
+
+void rr_fs_error(errcode_t e, ext2_ino_t ino, uint64_t blk)
+{
+	struct err_record r = { .time = (uint32_t)time(NULL), .ino = ino, .blk = blk, .code = code_of(e) };
+	struct rr_fs *rfs;
+	int behaviour, first;
+
+	pthread_mutex_lock(&err.lock);
+	rfs = err.rfs;
+	behaviour = err.behaviour;
+	if (rfs) {
+		if (!err.have_first) {
+			err.first = r;
+			err.have_first = 1;
+		}
+		err.last = r;
+		err.pending++;
+	}
+	first = err.pending == 1;
+	pthread_mutex_unlock(&err.lock);
+	if (!rfs)
+		return;		/* met while mounting: the caller refuses the image */
+	if (behaviour == EXT2_ERRORS_PANIC)
+		panic_now(rfs);
+	if (behaviour == EXT2_ERRORS_RO && !atomic_exchange(&rfs->ro, 1))
+		rr_log(LOG_CRIT, "errors=remount-ro: filesystem error; remounting read-only");
+	else if (first && behaviour == EXT2_ERRORS_CONTINUE)
+		rr_log(LOG_WARNING, "filesystem error recorded in the superblock; run e2fsck after unmounting");
+}
+
+void rr_data_io_error(int write, uint64_t blk, int e)
+{
+	unsigned int i;
+	int seen = 0;
+
+	pthread_mutex_lock(&err.lock);
+	for (i = 0; i < err.nlogged && i < 16; i++)
+		seen |= err.logged[i] == blk;
+	if (!seen)
+		err.logged[err.nlogged++ % 16] = blk;
+	pthread_mutex_unlock(&err.lock);
+	if (!seen)
+		rr_log(LOG_ERR, "I/O error %s block %llu: %s", write ? "writing" : "reading",
+		       (unsigned long long)blk, strerror(e));
+}
+
+static void put_record(const struct err_record *r, __u32 *time, __u8 *time_hi, __u32 *ino, __u64 *blk,
+		       __u8 *func, __u8 *code)
+{
+	*time = r->time;
+	*time_hi = 0;
+	*ino = r->ino;
+	*blk = r->blk;
+	memset(func, 0, 32);
+	strncpy((char *)func, "rrfuse", 32);
+	*code = r->code;
+}
+
+void rr_error_commit(struct rr_fs *rfs)
+{
+	struct ext2_super_block *sb = rfs->fs->super;
+	struct err_record first, last;
+	unsigned int n;
+	int have_first;
+
+	pthread_mutex_lock(&err.lock);
+	n = err.pending;
+	err.pending = 0;
+	first = err.first;
+	last = err.last;
+	have_first = err.have_first;
+	pthread_mutex_unlock(&err.lock);
+	if (!n)
+		return;
+	sb->s_state |= EXT2_ERROR_FS;
+	rfs->orig_state |= EXT2_ERROR_FS;	/* and it stays after unmount, for e2fsck */
+	if (!sb->s_error_count && have_first) {
+		put_record(&first, &sb->s_first_error_time, &sb->s_first_error_time_hi, &sb->s_first_error_ino,
+			   &sb->s_first_error_block, sb->s_first_error_func, &sb->s_first_error_errcode);
+		sb->s_first_error_line = 0;
+	}
+	put_record(&last, &sb->s_last_error_time, &sb->s_last_error_time_hi, &sb->s_last_error_ino,
+		   &sb->s_last_error_block, sb->s_last_error_func, &sb->s_last_error_errcode);
+	sb->s_last_error_line = 0;
+	sb->s_error_count += n;
+	ext2fs_mark_super_dirty(rfs->fs);
+}
