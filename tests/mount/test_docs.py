@@ -1,0 +1,37 @@
+"""The documentation keeps up with the program: every option `rrfuse --help`
+lists is described in the manual page, which installs with meson."""
+import os
+import re
+import subprocess
+
+import pytest
+
+from conftest import RRFUSE, REPO, require_binary
+
+MAN = os.path.join(REPO, "doc", "rrfuse.8")
+
+
+def help_options():
+    require_binary()
+    out = subprocess.run([RRFUSE, "--help"], capture_output=True, text=True).stdout
+    own = out.split("FUSE options:")[0]
+    names = set(re.findall(r"-o ([a-z_0-9]+)", own))
+    assert names, out
+    return names
+
+
+def test_every_option_in_the_manual():
+    # Options are set in bold (.B, .BI, .BR lines) where they are described.
+    with open(MAN) as f:
+        bold = "\n".join(l.replace("\\-", "-") for l in f if l.startswith(".B"))
+    missing = sorted(n for n in help_options() if not re.search(r"\b%s\b" % re.escape(n), bold))
+    assert not missing, "options in --help but not in doc/rrfuse.8: %s" % missing
+
+
+def test_manual_renders():
+    if subprocess.run(["which", "man"], capture_output=True).returncode:
+        pytest.skip("needs man (man-db)")
+    r = subprocess.run(["man", "-l", "--warnings", MAN], capture_output=True, text=True,
+                       env=dict(os.environ, MANWIDTH="80", MANPAGER="cat"))
+    assert r.returncode == 0 and "rrfuse" in r.stdout, r.stderr
+    assert "warning" not in r.stderr, r.stderr
