@@ -288,7 +288,7 @@ class Mount:
         os.makedirs(mnt, exist_ok=True)
         self.mnt = mnt
         self.proc = None
-        self.logpath = os.path.join(os.path.dirname(image), "daemon.log")
+        self.logpath = os.path.join(os.path.dirname(mnt), "daemon.log")
         self._logf = None
         self._conn = None
         self.mounted = False
