@@ -108,9 +108,9 @@ static int feature_check(ext2_filsys fs, char *msg, size_t msglen)
 			snprintf(msg, msglen, "unsupported incompat feature '%s'", bad_incompat[i].name);
 			return -EOPNOTSUPP;
 		}
-	if (sb->s_feature_incompat & ~EXT2_LIB_FEATURE_INCOMPAT_SUPP) {
+	if (sb->s_feature_incompat & ~(EXT2_LIB_FEATURE_INCOMPAT_SUPP | EXT4_FEATURE_INCOMPAT_MMP)) {
 		snprintf(msg, msglen, "unknown incompat features 0x%x",
-			 sb->s_feature_incompat & ~EXT2_LIB_FEATURE_INCOMPAT_SUPP);
+			 sb->s_feature_incompat & ~(EXT2_LIB_FEATURE_INCOMPAT_SUPP | EXT4_FEATURE_INCOMPAT_MMP));
 		return -EOPNOTSUPP;
 	}
 	if (sb->s_feature_incompat & EXT3_FEATURE_INCOMPAT_RECOVER) {
@@ -205,8 +205,12 @@ static uint64_t overhead_blocks(ext2_filsys fs)
  */
 static errcode_t open_image(const char *device, int rw, int *devro, ext2_filsys *fs)
 {
-	/* FORCE: libext2fs would refuse unknown features without naming them; feature_check() does. */
-	int flags = EXT2_FLAG_64BITS | EXT2_FLAG_EXCLUSIVE | EXT2_FLAG_FORCE;
+	/*
+	 * FORCE: libext2fs would refuse unknown features without naming them;
+	 * feature_check() does.  SKIP_MMP: multi-mount protection starts only
+	 * once the image is accepted (mmp_begin), so a refusal writes nothing.
+	 */
+	int flags = EXT2_FLAG_64BITS | EXT2_FLAG_EXCLUSIVE | EXT2_FLAG_FORCE | EXT2_FLAG_SKIP_MMP;
 	errcode_t err;
 
 	*devro = 0;
@@ -266,6 +270,28 @@ static errcode_t metadata_write_error(io_channel ch, unsigned long block, int co
 	return metadata_io_error(block, error, "writing");
 }
 
+/*
+ * Multi-mount protection, for a writable mount of an image that has it: as
+ * e2fsck and the kernel, watch the MMP block for twice its check interval
+ * (so mounting takes that long), then mark it in use until unmount (then
+ * clean again); another node, e2fsck or kernel finds it taken meanwhile.
+ */
+static int mmp_begin(ext2_filsys fs, const char *device, char *msg, size_t msglen)
+{
+	errcode_t err;
+
+	if (!ext2fs_has_feature_mmp(fs->super) || !(fs->flags & EXT2_FLAG_RW))
+		return 0;
+	rr_log(LOG_NOTICE, "%s: multi-mount protection: making sure no other node uses it", device);
+	fs->flags &= ~EXT2_FLAG_SKIP_MMP;
+	err = ext2fs_mmp_start(fs);
+	if (!err)
+		return 0;
+	fs->flags |= EXT2_FLAG_SKIP_MMP;	/* leave the MMP block to whoever holds it */
+	snprintf(msg, msglen, "%s: multi-mount protection: %s", device, error_message(err));
+	return -EBUSY;
+}
+
 int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts, char *msg,
 	       size_t msglen)
 {
@@ -322,6 +348,11 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 			snprintf(msg, msglen, "%s: cannot reopen the image", device);
 			return -EIO;
 		}
+	}
+	ret = mmp_begin(fs, device, msg, msglen);
+	if (ret) {
+		ext2fs_close_free(&fs);
+		return ret;
 	}
 	err = ext2fs_read_bitmaps(fs);
 	if (err) {
@@ -411,6 +442,7 @@ static int cleanup_readonly(struct rr_fs *rfs)
 	ret = rr_fs_commit(rfs, 1);
 	rfs->ro = 1;
 	rfs->ro_cleanup = 0;
+	ext2fs_mmp_stop(rfs->fs);	/* read-only from here: the MMP block is clean again */
 	rfs->fs->flags &= ~EXT2_FLAG_RW;
 	rr_alloc_detach(rfs->alloc);
 	rfs->alloc = NULL;
@@ -444,6 +476,23 @@ int rr_fs_mark_mounted(struct rr_fs *rfs)
 	return ret;
 }
 
+/* At each commit: the MMP block is still ours (libext2fs rewrites it at most once a minute). */
+static void mmp_check(struct rr_fs *rfs)
+{
+	ext2_filsys fs = rfs->fs;
+	errcode_t err;
+
+	if (!ext2fs_has_feature_mmp(fs->super) || (fs->flags & EXT2_FLAG_SKIP_MMP) ||
+	    !(fs->flags & EXT2_FLAG_RW))
+		return;
+	err = ext2fs_mmp_update2(fs, 0);
+	if (err) {
+		rr_log(LOG_CRIT, "multi-mount protection: %s: another node writes this filesystem",
+		       error_message(err));
+		rr_fs_error(err, 0, fs->super->s_mmp_block);
+	}
+}
+
 int rr_fs_commit(struct rr_fs *rfs, int sync)
 {
 	ext2_filsys fs = rfs->fs;
@@ -456,6 +505,7 @@ int rr_fs_commit(struct rr_fs *rfs, int sync)
 	rr_fs_lock(rfs);
 	rr_error_commit(rfs);
 	orphan_commit(rfs);
+	mmp_check(rfs);
 	if (fs->flags & (EXT2_FLAG_DIRTY | EXT2_FLAG_BB_DIRTY | EXT2_FLAG_IB_DIRTY) || rfs->dirty) {
 		err = ext2fs_flush2(fs, EXT2_FLAG_FLUSH_NO_SYNC);
 		if (!err)
