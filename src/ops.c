@@ -861,9 +861,9 @@ static void rr_ioctl(fuse_req_t req, fuse_ino_t fino, unsigned int cmd, void *ar
 		     size_t out_bufsz)
 {
 	struct ext2_inode_large in;
+	size_t in_need = 0, out_need = 0, i;
 	struct fsxattr fa;
 	unsigned int v;
-	size_t i;
 	int ret;
 
 	(void)arg;
@@ -875,73 +875,62 @@ static void rr_ioctl(fuse_req_t req, fuse_ino_t fino, unsigned int cmd, void *ar
 	/* The kernel passes the flags as an int (fuse_fileattr_get/set), whatever FS_IOC_* says. */
 	switch (cmd) {
 	case FS_IOC_GETFLAGS:
-		if (out_bufsz < sizeof(v)) {
-			fuse_reply_err(req, EINVAL);
-			return;
-		}
-		ret = inode_read(rr_fs_of(req), e2ino(fino), &in);
-		if (ret) {
-			fuse_reply_err(req, -ret);
-			return;
-		}
+		out_need = sizeof(v);
+		break;
+	case FS_IOC_SETFLAGS:
+		in_need = sizeof(v);
+		break;
+	case FS_IOC_FSGETXATTR:		/* the kernel's chattr path reads the flags this way first */
+		out_need = sizeof(fa);
+		break;
+	case FS_IOC_FSSETXATTR:
+		in_need = sizeof(fa);
+		break;
+	default:
+		fuse_reply_err(req, ENOTTY);
+		return;
+	}
+	if (in_bufsz < in_need || out_bufsz < out_need) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	ret = inode_read(rr_fs_of(req), e2ino(fino), &in);
+	if (ret) {
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	switch (cmd) {
+	case FS_IOC_GETFLAGS:
 		v = in.i_flags & RR_FL_VISIBLE;
 		fuse_reply_ioctl(req, 0, &v, sizeof(v));
 		return;
-	case FS_IOC_SETFLAGS:
-		if (in_bufsz < sizeof(v)) {
-			fuse_reply_err(req, EINVAL);
-			return;
-		}
-		memcpy(&v, in_buf, sizeof(v));
-		ret = set_flags(req, e2ino(fino), v, RR_FL_SETTABLE);
-		if (ret)
-			fuse_reply_err(req, -ret);
-		else
-			fuse_reply_ioctl(req, 0, NULL, 0);
-		return;
 	case FS_IOC_FSGETXATTR:
-		/* The kernel's chattr path reads the flags this way first. */
-		if (out_bufsz < sizeof(fa)) {
-			fuse_reply_err(req, EINVAL);
-			return;
-		}
-		ret = inode_read(rr_fs_of(req), e2ino(fino), &in);
-		if (ret) {
-			fuse_reply_err(req, -ret);
-			return;
-		}
 		memset(&fa, 0, sizeof(fa));
 		fa.fsx_xflags = to_xflags(in.i_flags);
 		fa.fsx_projid = projid_of(&in);
 		fuse_reply_ioctl(req, 0, &fa, sizeof(fa));
 		return;
-	case FS_IOC_FSSETXATTR:
-		if (in_bufsz < sizeof(fa)) {
-			fuse_reply_err(req, EINVAL);
-			return;
-		}
+	case FS_IOC_SETFLAGS:
+		memcpy(&v, in_buf, sizeof(v));
+		ret = set_flags(req, e2ino(fino), v, RR_FL_SETTABLE);
+		break;
+	default:	/* FS_IOC_FSSETXATTR */
 		memcpy(&fa, in_buf, sizeof(fa));
-		ret = inode_read(rr_fs_of(req), e2ino(fino), &in);
 		/* Project ids are not managed here (the quota feature mounts read-only). */
-		if (!ret && ((fa.fsx_xflags & ~to_xflags(~0u)) || fa.fsx_projid != projid_of(&in)))
+		if ((fa.fsx_xflags & ~to_xflags(~0u)) || fa.fsx_projid != projid_of(&in)) {
 			ret = -EOPNOTSUPP;
-		if (ret) {
-			fuse_reply_err(req, -ret);
-			return;
+			break;
 		}
 		v = 0;
 		for (i = 0; i < sizeof(xflag_map) / sizeof(xflag_map[0]); i++)
 			if (fa.fsx_xflags & xflag_map[i].xfl)
 				v |= xflag_map[i].fl;
 		ret = set_flags(req, e2ino(fino), v, RR_FL_XSETTABLE);
-		if (ret)
-			fuse_reply_err(req, -ret);
-		else
-			fuse_reply_ioctl(req, 0, NULL, 0);
-		return;
-	default:
-		fuse_reply_err(req, ENOTTY);
 	}
+	if (ret)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_ioctl(req, 0, NULL, 0);
 }
 
 static void rr_lseek(fuse_req_t req, fuse_ino_t fino, off_t off, int whence, struct fuse_file_info *fi)

@@ -123,3 +123,27 @@ def test_flags_are_stored_and_checked(fs, as_user):
     assert rc == 0, out
     fs.mount()
     assert set("dA") <= set(lsattr(p))
+
+
+FS_IOC_FSGETXATTR, FS_IOC_FSSETXATTR = 0x801C581F, 0x401C5820
+FS_XFLAG_NODUMP, FS_XFLAG_NOATIME = 0x80, 0x40
+
+
+def test_fsxattr_interface(fs):
+    """xfs_io's view (struct fsxattr): the same flags, under their xflag names."""
+    import fcntl
+    import struct
+    p = fs.path("x")
+    open(p, "w").close()
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        buf = fcntl.ioctl(fd, FS_IOC_FSGETXATTR, bytes(28))
+        xflags, extsize, nextents, projid, cow = struct.unpack("5I8x", buf)
+        assert xflags == 0 and projid == 0
+        fcntl.ioctl(fd, FS_IOC_FSSETXATTR,
+                    struct.pack("5I8x", FS_XFLAG_NODUMP | FS_XFLAG_NOATIME, 0, 0, 0, 0))
+        xflags = struct.unpack("5I8x", fcntl.ioctl(fd, FS_IOC_FSGETXATTR, bytes(28)))[0]
+        assert xflags == FS_XFLAG_NODUMP | FS_XFLAG_NOATIME
+    finally:
+        os.close(fd)
+    assert set("dA") <= set(lsattr(p))
