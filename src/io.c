@@ -315,6 +315,26 @@ static errcode_t rr_io_zeroout(io_channel ch, unsigned long long block, unsigned
 	return 0;
 }
 
+/*
+ * Tell the device that blocks hold nothing: BLKDISCARD on a block device, a
+ * punched hole in an image file (so a sparse image shrinks).  EOPNOTSUPP if
+ * the device or the file system under the image cannot.
+ */
+static errcode_t rr_io_discard(io_channel ch, unsigned long long block, unsigned long long count)
+{
+	struct io_private *priv = ch->private_data;
+	uint64_t r[2] = { block * (uint64_t)ch->block_size, count * (uint64_t)ch->block_size };
+	int ret;
+
+	if (ch->flags & CHANNEL_FLAGS_BLOCK_DEVICE)
+		ret = ioctl(priv->fd, BLKDISCARD, r);
+	else
+		ret = fallocate(priv->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)r[0], (off_t)r[1]);
+	if (ret && (errno == ENOTTY || errno == EINVAL))
+		errno = EOPNOTSUPP;
+	return ret ? errno : 0;
+}
+
 static struct struct_io_manager rr_io_struct = {
 	.magic = EXT2_ET_MAGIC_IO_MANAGER,
 	.name = "rrfuse I/O manager",
@@ -329,6 +349,7 @@ static struct struct_io_manager rr_io_struct = {
 	.read_blk64 = rr_io_read_blk64,
 	.write_blk64 = rr_io_write_blk64,
 	.zeroout = rr_io_zeroout,
+	.discard = rr_io_discard,
 };
 
 io_manager rr_io_manager = &rr_io_struct;

@@ -8,6 +8,7 @@
  */
 #include "ops.h"
 #include "dir.h"
+#include "trim.h"
 #include "log.h"
 #include "rrfs.h"
 #include "xattr.h"
@@ -856,6 +857,36 @@ out:
 	return ret;
 }
 
+/* fstrim MOUNTPOINT: root only, as ext4 asks CAP_SYS_ADMIN. */
+static void rr_ioctl_trim(fuse_req_t req, const void *in_buf, size_t in_bufsz, size_t out_bufsz)
+{
+	struct rr_fs *rfs = rr_fs_of(req);
+	struct fstrim_range r;
+	uint64_t trimmed;
+	int ret;
+
+	if (in_bufsz < sizeof(r) || out_bufsz < sizeof(r)) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	if (fuse_req_ctx(req)->uid != 0) {
+		fuse_reply_err(req, EPERM);
+		return;
+	}
+	if (rfs->ro) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
+	memcpy(&r, in_buf, sizeof(r));
+	ret = rr_trim(rfs, r.start, r.len, r.minlen, &trimmed);
+	if (ret) {
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	r.len = trimmed;
+	fuse_reply_ioctl(req, 0, &r, sizeof(r));
+}
+
 static void rr_ioctl(fuse_req_t req, fuse_ino_t fino, unsigned int cmd, void *arg,
 		     struct fuse_file_info *fi, unsigned flags, const void *in_buf, size_t in_bufsz,
 		     size_t out_bufsz)
@@ -870,6 +901,10 @@ static void rr_ioctl(fuse_req_t req, fuse_ino_t fino, unsigned int cmd, void *ar
 	(void)fi;
 	if (flags & FUSE_IOCTL_COMPAT) {
 		fuse_reply_err(req, ENOSYS);
+		return;
+	}
+	if (cmd == FITRIM) {
+		rr_ioctl_trim(req, in_buf, in_bufsz, out_bufsz);
 		return;
 	}
 	/* The kernel passes the flags as an int (fuse_fileattr_get/set), whatever FS_IOC_* says. */

@@ -1,0 +1,79 @@
+"""Discarding free space: `fstrim MOUNTPOINT` (FITRIM through the FUSE ioctl)
+punches holes in an image file, or sends BLKDISCARD to a block device (a loop
+device passes it on to its backing file), so the image shrinks; blocks in use
+keep their data.  Only root may trim."""
+import os
+import shutil
+import subprocess
+
+import pytest
+
+import conftest
+from conftest import (Mount, fsck, kernel_check, loop_works,
+                      make_image, pattern, require_mount_backend, snapshot)
+
+pytestmark = [pytest.mark.rrfuse_only,
+              pytest.mark.skipif(shutil.which("fstrim") is None, reason="needs fstrim")]
+
+
+def allocated(path):
+    return os.stat(path).st_blocks * 512
+
+
+def fill_and_trim(m, backing):
+    keep = pattern(1, 8 << 20)
+    with open(m.path("keep"), "wb") as f:
+        f.write(keep)
+    with open(m.path("gone"), "wb") as f:
+        for i in range(48):
+            f.write(pattern(100 + i, 1 << 20))
+        os.fsync(f.fileno())
+    os.sync()
+    full = allocated(backing)
+    os.unlink(m.path("gone"))
+    conftest.syncfs(m.mnt)
+    r = subprocess.run(["fstrim", "-v", m.mnt], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "trimmed" in r.stdout, r.stdout
+    os.sync()
+    assert allocated(backing) < full - (40 << 20), (full, allocated(backing))
+    with open(m.path("keep"), "rb") as f:
+        assert f.read() == keep
+
+
+@pytest.mark.image(size="256M")
+def test_fstrim_image_file(fs):
+    fill_and_trim(fs, fs.image)
+
+
+def test_fstrim_loop_device():
+    require_mount_backend()
+    if not loop_works():
+        pytest.skip("needs root and loop devices")
+    image = make_image(size="256M")
+    d = os.path.dirname(image)
+    dev = subprocess.run(["losetup", "-f", "--show", image], check=True, capture_output=True,
+                         text=True).stdout.strip()
+    try:
+        m = Mount(dev, mnt=os.path.join(d, "mnt"))
+        m.mount()
+        try:
+            fill_and_trim(m, image)
+            snap = snapshot(m.mnt)
+            m.unmount()
+        finally:
+            m.cleanup()
+        rc, out = fsck(dev)
+        assert rc == 0, out
+        kernel_check(dev, snap)
+    finally:
+        subprocess.run(["losetup", "-d", dev])
+    if not conftest.KEEP:
+        conftest._rm_workdir(d)
+
+
+@pytest.mark.opts("allow_other")
+def test_fstrim_needs_root(fs, as_user):
+    r = as_user(["fstrim", fs.mnt])
+    assert r.returncode != 0
+    assert "not permitted" in r.stderr or "Permission denied" in r.stderr, r.stderr
