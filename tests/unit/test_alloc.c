@@ -30,7 +30,7 @@ static void setup(void)
 	ck_assert_int_eq(system(cmd), 0);
 	ck_assert_int_eq(ext2fs_open(img, EXT2_FLAG_RW | EXT2_FLAG_64BITS, 0, 0, unix_io_manager, &fs), 0);
 	ck_assert_int_eq(ext2fs_read_bitmaps(fs), 0);
-	ck_assert_int_eq(rr_alloc_attach(fs, &a), 0);
+	ck_assert_int_eq(rr_alloc_attach(fs, NULL, &a), 0);
 }
 
 static void teardown(void)
