@@ -273,8 +273,22 @@ static void group_verify(struct rr_alloc *a, uint32_t g)
 	if (!map || mb_buddy_init(&fresh, grp->buddy->nblocks, a->max_order))
 		mb_fail("out of memory in check", g);
 	mb_buddy_generate(&fresh, map);
-	if (mb_buddy_compare(&fresh, grp->buddy))
+	if (mb_buddy_compare(&fresh, grp->buddy)) {
+		uint32_t i;
+
+		for (i = 0; i < fresh.nblocks; i++)
+			if (mb_buddy_test(&fresh, i) != mb_buddy_test(grp->buddy, i)) {
+				fprintf(stderr, "rrfuse: mballoc: block %llu: %s on disk, %s in the buddy\n",
+					(unsigned long long)(group_first(a, g) + i),
+					mb_buddy_test(&fresh, i) ? "used" : "free",
+					mb_buddy_test(grp->buddy, i) ? "used" : "free");
+				break;
+			}
+		for (pa = grp->pas; pa; pa = pa->gnext)
+			fprintf(stderr, "rrfuse: mballoc: PA ino %u l %llu p %llu len %u free %u\n", pa->ino,
+				(unsigned long long)pa->lstart, (unsigned long long)pa->pstart, pa->len, pa->free);
 		mb_fail("buddy differs from bitmap + preallocations", g);
+	}
 	if (grp->free != fresh.free || grp->fragments != fresh.fragments)
 		mb_fail("group summary differs from its buddy", g);
 	for (pa = grp->pas; pa; pa = pa->gnext) {
@@ -329,8 +343,8 @@ static void buddy_apply(struct rr_alloc *a, uint64_t blk, uint32_t len, int inus
 
 	pthread_mutex_lock(&grp->lock);
 	if (!grp->buddy) {
-		/* Not loaded: the bitmap is the truth and already has the change (callbacks) or will. */
-		grp->free = inuse > 0 ? grp->free - len : grp->free + len;
+		/* Not loaded (callbacks only): the descriptor already has the change. */
+		grp->free = ext2fs_bg_free_blocks_count(a->fs, g);
 		pthread_mutex_unlock(&grp->lock);
 		return;
 	}
@@ -395,6 +409,28 @@ static void pa_unlink_locked(struct rr_alloc *a, struct mb_pa *pa)
 	pthread_mutex_unlock(&grp->lock);
 }
 
+/*
+ * Release PAs already unlinked (chained by inext), then check their
+ * groups: only once all are back, as the check counts linked PAs only.
+ */
+static void pa_release_list(struct rr_alloc *a, struct mb_pa *gone)
+{
+	uint64_t starts[16], lens[16];
+	unsigned int n = 0, i;
+	struct mb_pa *pa;
+
+	while ((pa = gone)) {
+		gone = pa->inext;
+		if (n < 16) {
+			starts[n] = pa->pstart;
+			lens[n++] = pa->len;
+		}
+		pa_release(a, pa, 0, 0);
+	}
+	for (i = 0; i < n; i++)
+		verify_range(a, starts[i], lens[i]);
+}
+
 void rr_alloc_discard_inode(struct rr_alloc *a, ext2_ino_t ino)
 {
 	struct mb_pa *pa, **pp, *gone = NULL;
@@ -412,13 +448,7 @@ void rr_alloc_discard_inode(struct rr_alloc *a, ext2_ino_t ino)
 		gone = pa;
 	}
 	pthread_mutex_unlock(&a->pa_lock);
-	while ((pa = gone)) {
-		uint64_t s = pa->pstart, l = pa->len;
-
-		gone = pa->inext;
-		pa_release(a, pa, 0, 0);
-		verify_range(a, s, l);
-	}
+	pa_release_list(a, gone);
 }
 
 uint64_t rr_alloc_discard_all(struct rr_alloc *a)
@@ -435,14 +465,9 @@ uint64_t rr_alloc_discard_all(struct rr_alloc *a)
 			gone = pa;
 		}
 	pthread_mutex_unlock(&a->pa_lock);
-	while ((pa = gone)) {
-		uint64_t s = pa->pstart, l = pa->len;
-
-		gone = pa->inext;
+	for (pa = gone; pa; pa = pa->inext)
 		n += pa->free;
-		pa_release(a, pa, 0, 0);
-		verify_range(a, s, l);
-	}
+	pa_release_list(a, gone);
 	return n;
 }
 
@@ -552,9 +577,9 @@ static void pa_adjust_overlap(struct rr_alloc *a, ext2_ino_t ino, uint64_t lblk,
 
 		if (pa->ino != ino || pe <= s || ps >= e)
 			continue;
-		if (pe <= lblk)
+		if (pe <= lblk && pe > s)
 			s = pe;
-		else if (ps > lblk)
+		else if (ps > lblk && ps < e)
 			e = ps;
 	}
 	pthread_mutex_unlock(&a->pa_lock);
@@ -949,7 +974,7 @@ static void claim_range(struct rr_alloc *a, uint64_t blk, uint64_t len)
 		pa_discard_overlap(a, blk, (uint32_t)n, 0);
 		pthread_mutex_lock(&grp->lock);
 		if (!grp->buddy) {
-			grp->free -= (uint32_t)n;
+			grp->free = ext2fs_bg_free_blocks_count(a->fs, g);
 		} else {
 			off = (uint32_t)(blk - group_first(a, g));
 			end = off + (uint32_t)n;
@@ -976,16 +1001,71 @@ void rr_free_blocks(struct rr_alloc *a, uint64_t pblk, uint32_t len)
 
 /* ---- libext2fs's callbacks ---- */
 
-static void cb_stats_range(ext2_filsys fs, blk64_t blk, blk_t num, int inuse)
+/* Is blk's state in the bitmap (inuse > 0: used) not yet in its loaded group's buddy? */
+static int pending(struct rr_alloc *a, uint64_t blk, int inuse)
 {
-	struct rr_alloc *a = fs->priv_data;
+	uint32_t g = group_of(a, blk), off = (uint32_t)(blk - group_first(a, g));
+	struct mb_group *grp = &a->groups[g];
+	int disk = !!ext2fs_test_block_bitmap2(a->fs->block_map, blk), r;
+	struct mb_pa *pa;
 
-	if (a->in_engine || !num)
-		return;
+	pthread_mutex_lock(&grp->lock);
+	r = grp->buddy && disk == (inuse > 0) && mb_buddy_test(grp->buddy, off) != disk;
+	/* A preallocated block is free on disk and used in the buddy by design. */
+	for (pa = grp->pas; r && pa; pa = pa->gnext)
+		if (blk >= pa->pstart && blk < pa->pstart + pa->len)
+			r = 0;
+	pthread_mutex_unlock(&grp->lock);
+	return r;
+}
+
+static void apply_range(struct rr_alloc *a, uint64_t blk, uint64_t num, int inuse)
+{
 	if (inuse > 0)
 		claim_range(a, blk, num);
 	else
 		release_range(a, blk, num);
+}
+
+/*
+ * libext2fs changed the bitmap for [blk, blk+num).  But e2fsprogs 1.47.0's
+ * ext2fs_block_alloc_stats_range hands its callback the end of the range
+ * and a count of 0 (its loop consumed both; later versions pass the
+ * originals).  Then the range is recovered from the bitmap: the blocks just
+ * before the end whose new state the buddy does not have yet.  Such a
+ * range lies in at most two groups (ext2fs_alloc_range takes what our
+ * new_range chose, one group; punch frees one extent, at most a group
+ * long); a group not loaded yet needs nothing, it is built from the bitmap
+ * as it is now.
+ */
+static void cb_stats_range(ext2_filsys fs, blk64_t blk, blk_t num, int inuse)
+{
+	struct rr_alloc *a = fs->priv_data;
+	uint64_t end = blk;
+	int n;
+
+	if (a->in_engine)
+		return;
+	if (num) {
+		apply_range(a, blk, num, inuse);
+		return;
+	}
+	for (n = 0; n < 2 && end > a->first_data_block; n++) {
+		uint32_t g = group_of(a, end - 1);
+		uint64_t gfirst = group_first(a, g), s = end;
+
+		if (!a->groups[g].buddy) {
+			mb_load_group(a, g);
+		} else {
+			while (s > gfirst && pending(a, s - 1, inuse))
+				s--;
+			if (s < end)
+				apply_range(a, s, end - s, inuse);
+			if (s > gfirst || s == end)
+				break;
+		}
+		end = gfirst;
+	}
 }
 
 static void cb_stats(ext2_filsys fs, blk64_t blk, int inuse)
