@@ -1093,7 +1093,8 @@ static errcode_t cb_new_range(ext2_filsys fs, int flags, blk64_t goal, blk64_t l
 {
 	struct rr_alloc *a = fs->priv_data;
 	uint64_t avail = rr_alloc_avail(a, 1);
-	struct rr_alloc_req req = { .goal = goal, .flags = RR_ALLOC_HINT_ONLY };
+	/* The daemon checked the caller's right to the root reserve before ext2fs_fallocate. */
+	struct rr_alloc_req req = { .goal = goal, .flags = RR_ALLOC_HINT_ONLY | RR_ALLOC_USE_ROOT_RESV };
 	struct rr_extent ex;
 
 	if (len > avail)
