@@ -57,6 +57,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <unistd.h>
 
 #define STAT_INC(a, f) do { if ((a)->t.mb_stats) atomic_fetch_add(&(a)->stats.f, 1); } while (0)
@@ -395,11 +396,16 @@ static void pa_unlink_locked(struct rr_alloc *a, struct mb_pa *pa)
 	struct mb_pa **pp;
 	struct mb_group *grp = &a->groups[pa->group];
 
-	for (pp = &a->pa_hash[pa_bucket(a, pa->ino)]; *pp; pp = &(*pp)->inext)
-		if (*pp == pa) {
-			*pp = pa->inext;
-			break;
-		}
+	if (pa->lg >= 0) {
+		if (a->lg[pa->lg] == pa)
+			a->lg[pa->lg] = NULL;
+	} else {
+		for (pp = &a->pa_hash[pa_bucket(a, pa->ino)]; *pp; pp = &(*pp)->inext)
+			if (*pp == pa) {
+				*pp = pa->inext;
+				break;
+			}
+	}
 	pthread_mutex_lock(&grp->lock);
 	for (pp = &grp->pas; *pp; pp = &(*pp)->gnext)
 		if (*pp == pa) {
@@ -464,6 +470,12 @@ uint64_t rr_alloc_discard_all(struct rr_alloc *a)
 			pa->inext = gone;
 			gone = pa;
 		}
+	for (i = 0; i < a->nlg; i++)
+		if ((pa = a->lg[i])) {
+			pa_unlink_locked(a, pa);
+			pa->inext = gone;
+			gone = pa;
+		}
 	pthread_mutex_unlock(&a->pa_lock);
 	for (pa = gone; pa; pa = pa->inext)
 		n += pa->free;
@@ -481,6 +493,9 @@ uint64_t rr_alloc_prealloc_blocks(struct rr_alloc *a)
 	for (i = 0; i < a->pa_nbuckets; i++)
 		for (pa = a->pa_hash[i]; pa; pa = pa->inext)
 			n += pa->free;
+	for (i = 0; i < a->nlg; i++)
+		if (a->lg[i])
+			n += a->lg[i]->free;
 	pthread_mutex_unlock(&a->pa_lock);
 	return n;
 }
@@ -559,6 +574,60 @@ static int pa_use(struct rr_alloc *a, ext2_ino_t ino, uint64_t lblk, uint32_t le
 	}
 	out->pblk = p;
 	out->len = n;
+	return 1;
+}
+
+/*
+ * Locality groups (kernel: ext4_locality_group), one per CPU as the
+ * kernel's: small files written from the same CPU at about the same time
+ * share one group PA and sit next to each other.  FUSE worker threads come
+ * and go, CPUs do not, so the number of groups stays bounded.
+ */
+static uint32_t lg_slot(const struct rr_alloc *a)
+{
+	int cpu = sched_getcpu();
+
+	return cpu > 0 ? (uint32_t)cpu % a->nlg : 0;
+}
+
+/* Small files: the data request (end, or i_size if larger) is within mb_stream_req blocks. */
+static int group_alloc(const struct rr_alloc *a, const struct rr_alloc_req *req, uint32_t len)
+{
+	uint64_t isize_blk = (req->isize + a->fs->blocksize - 1) / a->fs->blocksize;
+	uint64_t end = req->lblk + len;
+
+	return a->t.mb_group_prealloc && (end > isize_blk ? end : isize_blk) <= a->t.mb_stream_req;
+}
+
+/* Take len blocks from the front of the locality group's PA, if it has them. */
+static int lg_use(struct rr_alloc *a, uint32_t slot, uint32_t len, struct rr_extent *out)
+{
+	struct mb_pa *pa, *done = NULL;
+
+	pthread_mutex_lock(&a->pa_lock);
+	pa = a->lg[slot];
+	if (!pa || pa->len < len) {
+		pthread_mutex_unlock(&a->pa_lock);
+		return 0;
+	}
+	/* The group's lock: its PA list is walked by checks and frees. */
+	pthread_mutex_lock(&a->groups[pa->group].lock);
+	out->pblk = pa->pstart;
+	out->len = len;
+	pa->pstart += len;
+	pa->len -= len;
+	pa->free -= len;
+	pthread_mutex_unlock(&a->groups[pa->group].lock);
+	if (!pa->len) {
+		pa_unlink_locked(a, pa);
+		done = pa;
+	}
+	pthread_mutex_unlock(&a->pa_lock);
+	disk_mark(a, out->pblk, len, +1);
+	if (done) {
+		atomic_fetch_sub(&a->pa_count, 1);
+		free(done);
+	}
 	return 1;
 }
 
@@ -845,6 +914,39 @@ static void ac_use(struct rr_alloc *a, struct mb_ac *ac, int make_pa, struct rr_
 		out->len = blen;
 		return;
 	}
+	buddy_apply(a, p, blen, +1);
+	pa->group = ac->b_ex.group;
+	pa->ino = ac->ino;
+	out->pblk = p;
+	out->len = ac->o_ex.len;
+	if (ac->hints & MB_HINT_GROUP_ALLOC) {
+		/* The rest becomes the locality group's PA, replacing what was left of the last. */
+		struct mb_pa *old;
+		uint32_t slot = lg_slot(a);
+
+		pa->lg = (int32_t)slot;
+		pa->pstart = p + out->len;
+		pa->len = pa->free = blen - out->len;
+		disk_mark(a, out->pblk, out->len, +1);
+		STAT_ADD(a, preallocated, pa->free);
+		pthread_mutex_lock(&a->pa_lock);
+		old = a->lg[slot];
+		if (old)
+			pa_unlink_locked(a, old);
+		a->lg[slot] = pa;
+		pthread_mutex_lock(&a->groups[pa->group].lock);
+		pa->gnext = a->groups[pa->group].pas;
+		a->groups[pa->group].pas = pa;
+		pthread_mutex_unlock(&a->groups[pa->group].lock);
+		pthread_mutex_unlock(&a->pa_lock);
+		atomic_fetch_add(&a->pa_count, 1);
+		if (old) {
+			old->inext = NULL;
+			pa_release_list(a, old);
+		}
+		return;
+	}
+	pa->lg = -1;
 	/* Shorter than the window: place it so it still covers the request (kernel's three tries). */
 	lstart = ac->g_ex.logical;
 	if (blen < ac->orig_goal_len) {
@@ -857,13 +959,10 @@ static void ac_use(struct rr_alloc *a, struct mb_ac *ac, int make_pa, struct rr_
 		else
 			lstart = ac->o_ex.logical;
 	}
-	buddy_apply(a, p, blen, +1);
 	off = ac->o_ex.logical - lstart;
-	pa->ino = ac->ino;
 	pa->lstart = lstart;
 	pa->pstart = p;
 	pa->len = blen;
-	pa->group = ac->b_ex.group;
 	out->pblk = p + off;
 	out->len = (uint32_t)(blen - off < ac->o_ex.len ? blen - off : ac->o_ex.len);
 	pa->free = blen - out->len;
@@ -886,14 +985,24 @@ static int mb_new_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, uin
 {
 	int file_data = (req->flags & RR_ALLOC_DATA) && req->ino && !(req->flags & RR_ALLOC_HINT_ONLY);
 	struct mb_ac ac;
+	int small;
 
 	if (file_data && pa_use(a, req->ino, req->lblk, len, out))
+		return 0;
+	small = file_data && group_alloc(a, req, len);
+	if (small && lg_use(a, lg_slot(a), len, out))
 		return 0;
 	ac_init(a, &ac, req, len);
 	if (req->flags & RR_ALLOC_DATA)
 		ac.hints |= MB_HINT_DATA;
-	if (file_data)
+	if (small) {
+		/* Kernel: GROUP_ALLOC requests are not normalised; they ask for mb_group_prealloc. */
+		ac.hints |= MB_HINT_GROUP_ALLOC;
+		if (a->t.mb_group_prealloc > len)
+			ac.g_ex.len = a->t.mb_group_prealloc;
+	} else if (file_data) {
 		ac_normalize(a, &ac, req);
+	}
 	ac.orig_goal_len = ac.g_ex.len;
 	a->policy->choose(a, &ac);
 	if (!ac.b_ex.len)
@@ -1179,7 +1288,10 @@ int rr_alloc_attach(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr
 	if (a->nr_last_groups > (a->ngroups + 3) / 4)
 		a->nr_last_groups = (a->ngroups + 3) / 4;
 	a->last_groups = calloc(a->nr_last_groups, sizeof(*a->last_groups));
-	if (!a->groups || !a->pa_hash || !a->last_groups) {
+	a->nlg = (uint32_t)(ncpu > 0 ? ncpu : 1);
+	a->lg = calloc(a->nlg, sizeof(*a->lg));
+	if (!a->groups || !a->pa_hash || !a->last_groups || !a->lg) {
+		free(a->lg);
 		free(a->groups);
 		free(a->pa_hash);
 		free(a->last_groups);
@@ -1243,5 +1355,6 @@ void rr_alloc_detach(struct rr_alloc *a)
 	free(a->groups);
 	free(a->pa_hash);
 	free(a->last_groups);
+	free(a->lg);
 	free(a);
 }

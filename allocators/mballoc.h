@@ -90,9 +90,12 @@ struct mb_group {
 };
 
 /*
- * An inode preallocation: physical blocks [pstart, pstart+len) reserved in
- * the buddy (not on disk) for logical blocks [lstart, lstart+len).  A block
- * is handed out by logical position; free counts those not handed out.
+ * A preallocation: physical blocks [pstart, pstart+len) reserved in the
+ * buddy, not on disk.  An inode PA (lg < 0) is for logical blocks
+ * [lstart, lstart+len) of one file; a block is handed out by logical
+ * position and free counts those not handed out.  A locality-group PA
+ * (lg >= 0) serves small files of that group from its front: pstart and
+ * len move up as it is used, so free == len.
  */
 struct mb_pa {
 	uint64_t lstart;
@@ -101,6 +104,7 @@ struct mb_pa {
 	uint32_t free;
 	ext2_ino_t ino;
 	uint32_t group;
+	int32_t lg;			/* locality group, or -1 for an inode PA */
 	struct mb_pa *inext;		/* inode hash chain */
 	struct mb_pa *gnext;		/* group's list */
 };
@@ -111,6 +115,7 @@ struct mb_pa {
 #define MB_HINT_FIRST		0x04
 #define MB_HINT_STREAM		0x08
 #define MB_HINT_NOPREALLOC	0x10
+#define MB_HINT_GROUP_ALLOC	0x20	/* a small file: from the locality group's PA */
 
 enum mb_status { AC_CONTINUE, AC_FOUND, AC_BREAK };
 
@@ -181,6 +186,9 @@ struct rr_alloc {
 	pthread_mutex_t pa_lock;
 	struct mb_pa **pa_hash;
 	uint32_t pa_nbuckets;
+	/* Locality groups, one per CPU: each holds its current group PA (or NULL), under pa_lock. */
+	struct mb_pa **lg;
+	uint32_t nlg;
 	atomic_ulong pa_count;
 
 	/* Stream goals (s_mb_last_groups): group of the last stream allocation per slot. */

@@ -52,7 +52,7 @@ struct rr_alloc_req {
 struct rr_alloc_tunables {
 	unsigned int mb_max_prealloc_kb;	/* 8192; < 8192 clamps, else rounded up to 2^n */
 	unsigned int mb_stream_req;		/* 16 blocks */
-	unsigned int mb_group_prealloc;		/* 512 blocks (locality groups: not yet used) */
+	unsigned int mb_group_prealloc;		/* 512 blocks: a locality group's PA for small files */
 	unsigned int mb_min_to_scan;		/* 10 */
 	unsigned int mb_max_to_scan;		/* 200 */
 	unsigned int mb_order2_req;		/* 2 */

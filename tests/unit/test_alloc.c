@@ -215,14 +215,44 @@ START_TEST(enospc_discards_and_retries)
 	struct rr_extent ex;
 	uint64_t held;
 
-	ck_assert_int_eq(rr_alloc_blocks(a, &f, &ex), 0);	/* a 16 KiB window: 3 blocks held */
+	ck_assert_int_eq(rr_alloc_blocks(a, &f, &ex), 0);	/* a small file: the group PA keeps 511 */
 	held = rr_alloc_prealloc_blocks(a);
-	ck_assert_uint_eq(held, 3);
+	ck_assert_uint_eq(held, 511);
 	while (rr_alloc_blocks(a, &req, &ex) == 0)
 		;
 	/* The last allocations took the PA's blocks back rather than failing early. */
 	ck_assert_uint_eq(rr_alloc_prealloc_blocks(a), 0);
 	ck_assert_uint_eq(ext2fs_free_blocks_count(fs->super), 0);
+}
+END_TEST
+
+/* Small files share their CPU's locality-group PA, one after the other. */
+START_TEST(locality_group)
+{
+	struct rr_alloc_req req = { .ino = 40, .lblk = 0, .len = 2, .isize = 0, .flags = RR_ALLOC_DATA };
+	uint64_t before = ext2fs_free_blocks_count(fs->super);
+	struct rr_extent ex1, ex2, ex3;
+
+	ck_assert_int_eq(rr_alloc_blocks(a, &req, &ex1), 0);
+	ck_assert_uint_eq(rr_alloc_prealloc_blocks(a), 510);
+	req.ino = 41;
+	ck_assert_int_eq(rr_alloc_blocks(a, &req, &ex2), 0);
+	ck_assert_uint_eq(ex2.pblk, ex1.pblk + 2);		/* unless the thread moved CPU */
+	ck_assert_uint_eq(rr_alloc_prealloc_blocks(a), 508);
+	/* Freeing a small file's blocks leaves the group PA (they are behind its front). */
+	rr_free_blocks(a, ex1.pblk, ex1.len);
+	ck_assert_uint_eq(rr_alloc_prealloc_blocks(a), 508);
+	/* A big file is not a small one: its own window. */
+	req.ino = 42;
+	req.lblk = 100;
+	req.len = 32;
+	ck_assert_int_eq(rr_alloc_blocks(a, &req, &ex3), 0);
+	ck_assert_uint_eq(rr_alloc_prealloc_blocks(a), 508 + 256 - 32);	/* a 1 MiB window */
+	ck_assert_int_eq(rr_alloc_verify(a), 0);
+	rr_alloc_discard_all(a);
+	rr_free_blocks(a, ex2.pblk, ex2.len);
+	rr_free_blocks(a, ex3.pblk, ex3.len);
+	ck_assert_uint_eq(ext2fs_free_blocks_count(fs->super), before);
 }
 END_TEST
 
@@ -300,6 +330,7 @@ int main(void)
 	tcase_add_test(tc, free_inside_prealloc);
 	tcase_add_test(tc, enospc_discards_and_retries);
 	tcase_add_test(tc, criteria);
+	tcase_add_test(tc, locality_group);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
