@@ -1052,7 +1052,44 @@ int rr_alloc_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, struct r
 
 /* ---- freeing: one place for the buddy, whoever changed the bitmap ---- */
 
-/* [blk, blk+len) was just freed (clear in the bitmap already) or is about to be. */
+/*
+ * Free in the buddy what the bitmap shows freed in [blk, blk+n) (one
+ * group, no PA overlapping it any more).  Blocks the buddy has free
+ * already are left alone: a corrupt image can make libext2fs free a block
+ * twice (two files claiming it), which must not bring the daemon down.
+ */
+static void free_freed(struct rr_alloc *a, uint32_t g, uint64_t blk, uint32_t n)
+{
+	struct mb_group *grp = &a->groups[g];
+	uint32_t off = (uint32_t)(blk - group_first(a, g)), i, run = 0, twice = 0;
+
+	pthread_mutex_lock(&grp->lock);
+	if (!grp->buddy) {
+		grp->free = ext2fs_bg_free_blocks_count(a->fs, g);
+		pthread_mutex_unlock(&grp->lock);
+		return;
+	}
+	for (i = 0; i <= n; i++) {
+		int freed = i < n && !ext2fs_test_block_bitmap2(a->fs->block_map, blk + i) &&
+			    mb_buddy_test(grp->buddy, off + i);
+
+		if (freed) {
+			run++;
+			continue;
+		}
+		twice += i < n;
+		if (run && mb_buddy_free(grp->buddy, off + i - run, run))
+			mb_fail("freeing blocks that are free", g);
+		run = 0;
+	}
+	group_update(a, g);
+	pthread_mutex_unlock(&grp->lock);
+	if (twice)
+		fprintf(stderr, "rrfuse: mballoc: group %u: %u blocks freed that were free (corrupt filesystem?)\n",
+			g, twice);
+}
+
+/* [blk, blk+len) was just freed (clear in the bitmap already). */
 static void release_range(struct rr_alloc *a, uint64_t blk, uint64_t len)
 {
 	while (len) {
@@ -1062,7 +1099,7 @@ static void release_range(struct rr_alloc *a, uint64_t blk, uint64_t len)
 		if (n > len)
 			n = len;
 		pa_discard_overlap(a, blk, (uint32_t)n, 1);
-		buddy_apply(a, blk, (uint32_t)n, -1);
+		free_freed(a, g, blk, (uint32_t)n);
 		verify_range(a, blk, n);
 		blk += n;
 		len -= n;
