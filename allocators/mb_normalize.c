@@ -26,13 +26,11 @@ static int row(uint64_t req, uint64_t size, uint64_t max, uint64_t chunk)
 void mb_normalize(struct mb_norm *n)
 {
 	unsigned int bb = n->bbits;
-	uint64_t size, orig_size, start_off, max = 2ULL << bb, start, end;
+	uint64_t size, start_off, max = 2ULL << bb, start, end;
 
 	size = (n->lblk + n->len) << bb;
 	if (size < n->isize)
 		size = n->isize;
-	orig_size = size;
-	(void)orig_size;
 	if (size <= KB(16))
 		size = KB(16);
 	else if (size <= KB(32))
@@ -81,8 +79,11 @@ void mb_normalize(struct mb_norm *n)
 	/* The window must still hold the request (trimming only ever met allocated blocks). */
 	if (start > n->lblk)
 		start = n->lblk;
-	if (end < n->lblk + n->len)
+	if (end < n->lblk + n->len) {
 		end = n->lblk + n->len;
+		if (end - start > n->bpg)	/* the request is at most a group (the engine caps it) */
+			start = n->lblk;
+	}
 	n->start = start;
 	n->size = end - start;
 	n->goal = 0;
