@@ -210,7 +210,7 @@ static int64_t fill_hole(struct rr_fs *rfs, struct rr_inode *ri, const char *src
 	int ret;
 
 	rr_fs_lock(rfs);
-	req.goal = emap_goal(rfs, ri, lblk);
+	emap_alloc_hint(rfs, ri, lblk, &req);
 	ret = rr_alloc_blocks(rfs->alloc, &req, &ex);
 	rr_fs_unlock(rfs);
 	if (ret)
@@ -322,6 +322,8 @@ static int punch_blocks(struct rr_fs *rfs, struct rr_inode *ri, uint64_t first, 
 	if (first > last)
 		return 0;
 	rr_fs_lock(rfs);
+	/* As ext4 on truncate and punch: the file's preallocations go first. */
+	rr_alloc_discard_inode(rfs->alloc, ri->ino);
 	ret = inode_load(rfs, ri->ino, &in);
 	if (!ret)
 		ret = emap_tree_punch(rfs, ri->ino, &in, first, last);
@@ -419,6 +421,8 @@ static int alloc_unwritten(struct rr_fs *rfs, struct rr_inode *ri, uint64_t firs
 		rr_fs_unlock(rfs);
 		return -ENOSPC;
 	}
+	/* ext2fs_fallocate maps holes a preallocation may have been kept for. */
+	rr_alloc_discard_inode(rfs->alloc, ri->ino);
 	ret = inode_load(rfs, ri->ino, &in);
 	if (!ret)
 		ret = rr_err(ext2fs_fallocate(rfs->fs, EXT2_FALLOCATE_FORCE_UNINIT, ri->ino,

@@ -297,6 +297,39 @@ uint64_t emap_goal(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk)
 }
 
 /*
+ * What the allocator wants to know about the hole at lblk: the goal, and
+ * the file's allocated blocks on either side (normalisation trims its
+ * window to them and sits next to them).
+ */
+void emap_alloc_hint(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk, struct rr_alloc_req *req)
+{
+	const struct rr_emap *m = &ri->emap;
+	uint32_t lo = 0, hi = m->n;
+
+	req->goal = emap_goal(rfs, ri, lblk);
+	req->isize = ri->size;
+	memset(&req->nbr, 0, sizeof(req->nbr));
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+
+		if (m->v[mid].lblk <= lblk)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo > 0 && m->v[lo - 1].lblk + (uint64_t)m->v[lo - 1].len <= lblk) {
+		const struct rr_ext *e = &m->v[lo - 1];
+
+		req->nbr.lleft = e->lblk + (uint64_t)e->len - 1;
+		req->nbr.pleft = e->pblk + e->len - 1;
+	}
+	if (lo < m->n) {
+		req->nbr.lright = m->v[lo].lblk;
+		req->nbr.pright = m->v[lo].pblk;
+	}
+}
+
+/*
  * Insert one extent of at most the maximum length into the tree.  The
  * handle ends on the new extent.
  */

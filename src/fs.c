@@ -372,8 +372,12 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 		rr_log(LOG_WARNING, "warning: mounting fs with errors, running e2fsck is recommended");
 
 	ret = rr_itab_init(&rfs->itab);
+	if (!rfs->opts.alloc.policy[0])
+		rr_alloc_tunables_default(&rfs->opts.alloc);
+	/* -o check also has the allocator verify its buddies after every change. */
+	rfs->opts.alloc.check |= (unsigned int)rfs->opts.check;
 	if (!ret && (!ro || rfs->ro_cleanup))
-		ret = rr_alloc_attach(fs, &rfs->alloc);
+		ret = rr_alloc_attach(fs, &rfs->opts.alloc, &rfs->alloc);
 	if (!ret && (!ro || rfs->ro_cleanup)) {
 		ret = orphan_init(rfs, msg, msglen);
 		if (ret && ret != -ENOMEM) {

@@ -506,6 +506,7 @@ int inode_free_locked(struct rr_fs *rfs, ext2_ino_t ino)
 	 */
 	if (err || in.i_links_count || !in.i_mode || !ext2fs_test_inode_bitmap2(fs->inode_map, ino))
 		return rr_err(err);
+	rr_alloc_discard_inode(rfs->alloc, ino);
 	/* Blocks first, while the inode is still listed: a crash resumes the delete. */
 	ret = emap_tree_punch(rfs, ino, &in, 0, ~0ULL);
 	if (ret)

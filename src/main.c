@@ -33,12 +33,14 @@ struct cmdline {
 	int norecovery;
 	int no_writeback;
 	int check;
+	struct rr_alloc_tunables alloc;
+	char alloc_err[160];	/* the first bad allocator option, refused before the image is opened */
 	int nonopts;
 	int help;
 	int version;
 };
 
-enum { KEY_RO, KEY_NORECOVERY, KEY_HELP, KEY_VERSION };
+enum { KEY_RO, KEY_NORECOVERY, KEY_HELP, KEY_VERSION, KEY_ALLOC };
 
 #define OPT(t, p, v) { t, offsetof(struct cmdline, p), v }
 static const struct fuse_opt opt_spec[] = {
@@ -46,6 +48,19 @@ static const struct fuse_opt opt_spec[] = {
 	OPT("errors=%s", errors, 0),
 	OPT("no_writeback_cache", no_writeback, 1),
 	OPT("check", check, 1),
+	/* Allocator tunables: the kernel's sysfs names, validated by the allocator. */
+	FUSE_OPT_KEY("max_prealloc_kb=", KEY_ALLOC),
+	FUSE_OPT_KEY("mb_max_prealloc_kb=", KEY_ALLOC),
+	FUSE_OPT_KEY("mb_stream_req=", KEY_ALLOC),
+	FUSE_OPT_KEY("mb_group_prealloc=", KEY_ALLOC),
+	FUSE_OPT_KEY("mb_min_to_scan=", KEY_ALLOC),
+	FUSE_OPT_KEY("mb_max_to_scan=", KEY_ALLOC),
+	FUSE_OPT_KEY("mb_order2_req=", KEY_ALLOC),
+	FUSE_OPT_KEY("mb_max_linear_groups=", KEY_ALLOC),
+	FUSE_OPT_KEY("mb_optimize_scan=", KEY_ALLOC),
+	FUSE_OPT_KEY("mb_best_avail_max_trim_order=", KEY_ALLOC),
+	FUSE_OPT_KEY("mb_stats=", KEY_ALLOC),
+	FUSE_OPT_KEY("allocator=", KEY_ALLOC),
 	FUSE_OPT_KEY("ro", KEY_RO),
 	FUSE_OPT_KEY("norecovery", KEY_NORECOVERY),
 	FUSE_OPT_KEY("noload", KEY_NORECOVERY),
@@ -82,6 +97,20 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 	case KEY_VERSION:
 		c->version = 1;
 		return 0;
+	case KEY_ALLOC: {
+		char name[64], err[sizeof(c->alloc_err)];
+		const char *eq = strchr(arg, '=');
+		size_t n = eq ? (size_t)(eq - arg) : 0;
+
+		if (n >= sizeof(name))
+			n = sizeof(name) - 1;
+		memcpy(name, arg, n);
+		name[n] = 0;
+		if (rr_alloc_tunable_set(&c->alloc, name, eq ? eq + 1 : "", err, sizeof(err)) &&
+		    !c->alloc_err[0])
+			snprintf(c->alloc_err, sizeof(c->alloc_err), "%s", err);
+		return 0;
+	}
 	default:
 		return 1;
 	}
@@ -99,7 +128,15 @@ static void usage(const char *prog)
 	       "                           what a filesystem error does (default: as the image says, tune2fs -e)\n"
 	       "    -o no_writeback_cache  do not use the kernel's writeback cache (default: use it)\n"
 	       "    -o norecovery, noload  accepted for compatibility with ext4 (orphans are still finished)\n"
-	       "    -o check               debugging: verify cached block maps against disk after every change\n"
+	       "    -o check               debugging: verify cached block maps against disk, and the\n"
+	       "                           allocator's buddies against the bitmap, after every change\n"
+	       "    -o max_prealloc_kb=KB  largest preallocation window (alias mb_max_prealloc_kb; default 8192;\n"
+	       "                           smaller values mean 8192, others round up to a power of two)\n"
+	       "    -o mb_stream_req=N, mb_group_prealloc=N, mb_min_to_scan=N, mb_max_to_scan=N,\n"
+	       "       mb_order2_req=N, mb_max_linear_groups=N, mb_optimize_scan=0|1,\n"
+	       "       mb_best_avail_max_trim_order=N, mb_stats=0|1\n"
+	       "                           the kernel's mballoc tunables, with its defaults\n"
+	       "    -o allocator=NAME      allocation policy (default regular)\n"
 	       "    -f                     stay in the foreground\n"
 	       "    -d                     debug: foreground, print every request\n"
 	       "    -s                     single-threaded\n"
@@ -139,6 +176,7 @@ int main(int argc, char *argv[])
 
 	/* Messages for libext2fs's error codes. */
 	initialize_ext2_error_table();
+	rr_alloc_tunables_default(&c.alloc);
 	if (fuse_opt_parse(&args, &c, opt_spec, opt_proc) == -1)
 		return 1;
 	if (c.help) {
@@ -174,6 +212,11 @@ int main(int argc, char *argv[])
 			c.errors);
 		goto out;
 	}
+	if (c.alloc_err[0]) {
+		fprintf(stderr, "rrfuse: %s\n", c.alloc_err);
+		goto out;
+	}
+	opts.alloc = c.alloc;
 	opts.ro = c.ro;
 	opts.norecovery = c.norecovery;
 	opts.writeback = !c.no_writeback;

@@ -394,19 +394,41 @@ static void rr_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
  * caller credentials of their own.
  */
 #define RR_FH_PRIVILEGED 1
+#define RR_FH_WRITER 2		/* counted in ri->nwriters */
 
 static int fh_privileged(const struct fuse_file_info *fi)
 {
 	return !!(fi->fh & RR_FH_PRIVILEGED);
 }
 
-static void open_reply(fuse_req_t req, struct rr_inode *ri, struct fuse_file_info *fi)
+static void fh_init(fuse_req_t req, struct rr_inode *ri, struct fuse_file_info *fi)
 {
 	fi->keep_cache = 1;
 	fi->fh = is_root(req) ? RR_FH_PRIVILEGED : 0;
+	if ((fi->flags & O_ACCMODE) != O_RDONLY) {
+		fi->fh |= RR_FH_WRITER;
+		atomic_fetch_add(&ri->nwriters, 1);
+	}
 	rr_iopen(rr_fs_of(req), ri);
-	if (fuse_reply_open(req, fi) == -ENOENT)
+}
+
+/* A writer's handle goes: the last one gives the file's preallocations back (as ext4_release_file). */
+static void fh_release(struct rr_fs *rfs, struct rr_inode *ri, struct fuse_file_info *fi)
+{
+	if ((fi->fh & RR_FH_WRITER) && atomic_fetch_sub(&ri->nwriters, 1) == 1 && rfs->alloc) {
+		rr_fs_lock(rfs);
+		rr_alloc_discard_inode(rfs->alloc, ri->ino);
+		rr_fs_unlock(rfs);
+	}
+}
+
+static void open_reply(fuse_req_t req, struct rr_inode *ri, struct fuse_file_info *fi)
+{
+	fh_init(req, ri, fi);
+	if (fuse_reply_open(req, fi) == -ENOENT) {
+		fh_release(rr_fs_of(req), ri, fi);
 		rr_iput(rr_fs_of(req), ri, 0, 1);
+	}
 }
 
 /* Writing an immutable file, or an append-only one other than by appending. */
@@ -460,11 +482,11 @@ static void rr_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		return;
 	}
 	fill_entry(rfs, ino, &in, &e);
-	fi->keep_cache = 1;
-	fi->fh = is_root(req) ? RR_FH_PRIVILEGED : 0;
-	rr_iopen(rfs, ri);
-	if (fuse_reply_create(req, &e, fi) == -ENOENT)
+	fh_init(req, ri, fi);
+	if (fuse_reply_create(req, &e, fi) == -ENOENT) {
+		fh_release(rfs, ri, fi);
 		rr_iput(rfs, ri, 1, 1);
+	}
 }
 
 static void rr_read(fuse_req_t req, fuse_ino_t fino, size_t size, off_t off, struct fuse_file_info *fi)
@@ -531,8 +553,8 @@ static void rr_release(fuse_req_t req, fuse_ino_t fino, struct fuse_file_info *f
 	struct rr_fs *rfs = rr_fs_of(req);
 	struct rr_inode *ri = node(rfs, fino);
 
-	(void)fi;
 	if (ri) {
+		fh_release(rfs, ri, fi);
 		rr_iput(rfs, ri, 0, 1);
 		rr_iunpin(rfs, ri);
 	}

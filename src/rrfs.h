@@ -50,6 +50,7 @@ struct rr_inode {
 	uint64_t nlookup;		/* kernel references, under itab.lock */
 	uint32_t nopen;			/* open file handles, under itab.lock */
 	uint32_t pins;			/* requests using it now, under itab.lock */
+	atomic_uint nwriters;		/* handles open for writing: the last close drops preallocations */
 	pthread_rwlock_t rw;
 	/* Below: read under rw shared, written under rw exclusive + fs lock. */
 	atomic_int emap_loaded;		/* emap valid; loading takes the fs lock */
@@ -87,6 +88,7 @@ struct rr_opts {
 	int debug;
 	int check;		/* -o check: verify in-memory state against disk after changes */
 	int errors;		/* errors=: EXT2_ERRORS_*, 0 = as the superblock says */
+	struct rr_alloc_tunables alloc;	/* allocator tunables (-o max_prealloc_kb=, mb_*=) */
 };
 
 struct rr_fs {
@@ -166,6 +168,7 @@ int inode_free_locked(struct rr_fs *rfs, ext2_ino_t ino);
 int emap_ensure(struct rr_fs *rfs, struct rr_inode *ri);
 void emap_drop(struct rr_inode *ri);
 void emap_lookup(const struct rr_emap *m, uint64_t lblk, struct rr_ext *out);
+void emap_alloc_hint(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk, struct rr_alloc_req *req);
 int emap_map(struct rr_fs *rfs, struct rr_inode *ri, struct ext2_inode_large *in, uint64_t lblk,
 	     uint64_t pblk, uint32_t len);
 int emap_tree_map(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in, uint64_t lblk,

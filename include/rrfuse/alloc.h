@@ -9,6 +9,10 @@
  * space, and an allocator engine can be swapped in behind these calls without
  * touching the data path.
  *
+ * The engine behind it is allocators/mballoc.c (the kernel's mballoc: buddy
+ * per group, request normalisation, inode preallocations, the criteria
+ * cascade) with a policy chosen by name (allocators/policy.h).
+ *
  * Locking: the caller holds the fs lock (libext2fs's bitmaps are the state).
  * A later engine may relax this; callers must not rely on more than that.
  */
@@ -24,13 +28,52 @@
 #define RR_ALLOC_USE_ROOT_RESV	0x0004	/* caller may use the root-reserved blocks */
 #define RR_ALLOC_HINT_ONLY	0x0008	/* pick blocks but do not account them (libext2fs will) */
 
+/* The file's allocated blocks around a hole, for normalisation (kernel: lleft/pleft, lright/pright). */
+struct rr_alloc_nbr {
+	uint64_t lleft, pleft;	/* last mapped block before the request; pleft 0 = none */
+	uint64_t lright, pright;	/* first mapped block after it; pright 0 = none */
+};
+
 struct rr_alloc_req {
 	ext2_ino_t ino;		/* owner; 0 for none */
 	uint64_t lblk;		/* logical block in the owner */
 	uint32_t len;		/* blocks wanted; the answer may be shorter */
 	uint64_t goal;		/* physical block to start near; 0 = none */
 	unsigned int flags;
+	uint64_t isize;		/* DATA: the file's size in bytes (normalisation) */
+	struct rr_alloc_nbr nbr;	/* DATA: allocated neighbours, zero if unknown */
 };
+
+/*
+ * Tunables, with the kernel's sysfs names and defaults (mb_tunables.c
+ * validates every one of them, in one place).  check is the debug option:
+ * verify after every operation that the buddy equals bitmap + preallocations.
+ */
+struct rr_alloc_tunables {
+	unsigned int mb_max_prealloc_kb;	/* 8192; < 8192 clamps, else rounded up to 2^n */
+	unsigned int mb_stream_req;		/* 16 blocks */
+	unsigned int mb_group_prealloc;		/* 512 blocks: a locality group's PA for small files */
+	unsigned int mb_min_to_scan;		/* 10 */
+	unsigned int mb_max_to_scan;		/* 200 */
+	unsigned int mb_order2_req;		/* 2 */
+	unsigned int mb_max_linear_groups;	/* 0 (non-rotational) */
+	unsigned int mb_optimize_scan;		/* 1 if the fs has >= 16 groups; -1u = decide at attach */
+	unsigned int mb_best_avail_max_trim_order;	/* 3 */
+	unsigned int mb_stats;			/* 0 */
+	unsigned int check;			/* 0 */
+	char policy[16];			/* "regular" */
+};
+
+void rr_alloc_tunables_default(struct rr_alloc_tunables *t);
+/*
+ * Set one tunable by its name (the kernel's sysfs name, or the alias
+ * max_prealloc_kb, or allocator) from text.  Returns 0, or -ENOENT for an
+ * unknown name, -EINVAL for a bad value, with a one-line reason in err.
+ */
+int rr_alloc_tunable_set(struct rr_alloc_tunables *t, const char *name, const char *value,
+			 char *err, size_t errlen);
+/* Is name=value an allocator option?  (For the daemon's option parser.) */
+int rr_alloc_is_tunable(const char *name);
 
 struct rr_extent {
 	uint64_t pblk;
@@ -39,9 +82,25 @@ struct rr_extent {
 
 struct rr_alloc;
 
-/* Create the allocator for an open filesystem and hook libext2fs's own allocations into it. */
-int rr_alloc_attach(ext2_filsys fs, struct rr_alloc **out);
+/*
+ * Create the allocator for an open filesystem (bitmaps read) and hook
+ * libext2fs's own allocations and frees into it.  t NULL = defaults.
+ * Detach drops every preallocation (they never reach the disk).
+ */
+int rr_alloc_attach(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr_alloc **out);
 void rr_alloc_detach(struct rr_alloc *a);
+
+/*
+ * Give back the inode's preallocated blocks: before its blocks are freed
+ * (truncate, punch, delete) and at the last close of a writer.
+ */
+void rr_alloc_discard_inode(struct rr_alloc *a, ext2_ino_t ino);
+/* Give back every preallocation; returns the blocks released. */
+uint64_t rr_alloc_discard_all(struct rr_alloc *a);
+/* Blocks held in preallocations (free on disk, reserved in memory). */
+uint64_t rr_alloc_prealloc_blocks(struct rr_alloc *a);
+/* Verify every loaded group: buddy == bitmap + preallocations.  0 or -EIO (and a message). */
+int rr_alloc_verify(struct rr_alloc *a);
 
 /*
  * Allocate up to req->len contiguous blocks near req->goal and mark them in

@@ -412,6 +412,23 @@ def test_bad_commit_value(wd, value):
     refuse_image(image, wd, ["commit", value], opts="commit=" + value)
 
 
+@pytest.mark.parametrize("opt,value", [
+    ("max_prealloc_kb", "abc"), ("max_prealloc_kb", "-1"), ("max_prealloc_kb", "12k"),
+    ("max_prealloc_kb", "99999999999"),         # not an unsigned int
+    ("max_prealloc_kb", "3000000000"),          # rounds up past 2^32
+    ("mb_max_prealloc_kb", "8M"),               # the kernel's sysfs name, same rules
+    ("mb_stats", "2"), ("mb_optimize_scan", "yes"), ("mb_best_avail_max_trim_order", "65"),
+])
+def test_bad_allocator_tunable(wd, opt, value):
+    image = new_image(wd)
+    refuse_image(image, wd, [opt, value], opts="%s=%s" % (opt, value))
+
+
+def test_unknown_allocator(wd):
+    image = new_image(wd)
+    refuse_image(image, wd, ["unknown allocator", "nope", "regular"], opts="allocator=nope")
+
+
 def test_unknown_option(wd):
     image = new_image(wd)
     refuse_image(image, wd, ["no_such_option"], opts="no_such_option")

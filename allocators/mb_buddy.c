@@ -1,0 +1,344 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The buddy of one group, kept current incrementally (kernel:
+ * ext4_mb_generate_buddy, mb_mark_used, mb_free_blocks).
+ *
+ * bits[0] is the block bitmap with preallocations marked: 1 = used, and
+ * every free block is 0 there whatever chunk it belongs to.  At order
+ * k >= 1 a 0 bit means "this aligned 2^k chunk is free and is not inside a
+ * free chunk of order k + 1", so each free block belongs to exactly one
+ * maximal chunk, found by walking up (order_of()).  counters[k] counts the
+ * maximal chunks of order k; at order 0 they are the free blocks whose
+ * buddy block is used.
+ *
+ * No locking here: the caller holds the group's lock.
+ */
+#include "mballoc.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static inline int bit_test(const uint8_t *m, uint32_t i)
+{
+	return (m[i >> 3] >> (i & 7)) & 1;
+}
+
+static inline void bit_set(uint8_t *m, uint32_t i)
+{
+	m[i >> 3] |= (uint8_t)(1u << (i & 7));
+}
+
+static inline void bit_clear(uint8_t *m, uint32_t i)
+{
+	m[i >> 3] &= (uint8_t)~(1u << (i & 7));
+}
+
+int mb_fls(uint64_t x)
+{
+	return x ? 64 - __builtin_clzll(x) : 0;
+}
+
+int mb_avg_order(uint32_t free, uint32_t fragments, unsigned int max_order)
+{
+	int o;
+
+	if (!fragments)
+		return -1;
+	o = mb_fls(free / fragments) - 2;
+	if (o < 0)
+		o = 0;
+	if (o > (int)max_order)
+		o = (int)max_order;
+	return o;
+}
+
+int mb_buddy_init(struct mb_buddy *b, uint32_t nblocks, unsigned int max_order)
+{
+	size_t total = 0, off = 0;
+	unsigned int k;
+	uint8_t *mem;
+
+	memset(b, 0, sizeof(*b));
+	if (max_order >= MB_NUM_ORDERS_MAX || !nblocks)
+		return -EINVAL;
+	b->nblocks = nblocks;
+	b->max_order = max_order;
+	b->size = (nblocks + (1u << max_order) - 1) & ~((1u << max_order) - 1);
+	for (k = 0; k <= max_order; k++)
+		total += ((b->size >> k) + 7) / 8;
+	mem = malloc(total);
+	if (!mem)
+		return -ENOMEM;
+	for (k = 0; k <= max_order; k++) {
+		b->bits[k] = mem + off;
+		off += ((b->size >> k) + 7) / 8;
+	}
+	memset(mem, 0xff, total);
+	return 0;
+}
+
+void mb_buddy_destroy(struct mb_buddy *b)
+{
+	free(b->bits[0]);
+	memset(b, 0, sizeof(*b));
+}
+
+int mb_buddy_test(const struct mb_buddy *b, uint32_t blk)
+{
+	return blk >= b->nblocks || bit_test(b->bits[0], blk);
+}
+
+/* Record [start, start+len) (order-0 bits already clear) as maximal chunks. */
+static void add_free_chunks(struct mb_buddy *b, uint32_t start, uint32_t len)
+{
+	while (len) {
+		unsigned int k = start ? (unsigned int)__builtin_ctz(start) : b->max_order;
+
+		if (k > b->max_order)
+			k = b->max_order;
+		while ((1u << k) > len)
+			k--;
+		if (k)
+			bit_clear(b->bits[k], start >> k);
+		b->counters[k]++;
+		start += 1u << k;
+		len -= 1u << k;
+	}
+}
+
+/* Used/free status of the neighbours of [start, start+len), for the fragment count. */
+static int nbr_free(const struct mb_buddy *b, uint32_t start, uint32_t len)
+{
+	int n = 0;
+
+	if (start > 0 && !mb_buddy_test(b, start - 1))
+		n++;
+	if (start + len < b->nblocks && !mb_buddy_test(b, start + len))
+		n++;
+	return n;
+}
+
+void mb_buddy_generate(struct mb_buddy *b, const uint8_t *bitmap)
+{
+	uint32_t i, run = 0, start = 0;
+	unsigned int k;
+
+	for (k = 0; k <= b->max_order; k++)
+		memset(b->bits[k], 0xff, ((b->size >> k) + 7) / 8);
+	memset(b->counters, 0, sizeof(b->counters));
+	b->free = b->fragments = 0;
+	for (i = 0; i <= b->nblocks; i++) {
+		int used = i == b->nblocks || bit_test(bitmap, i);
+
+		if (!used) {
+			bit_clear(b->bits[0], i);
+			if (!run++)
+				start = i;
+			continue;
+		}
+		if (run) {
+			add_free_chunks(b, start, run);
+			b->free += run;
+			b->fragments++;
+			run = 0;
+		}
+	}
+}
+
+/* The order of the maximal free chunk holding the free block blk. */
+static unsigned int order_of(const struct mb_buddy *b, uint32_t blk)
+{
+	unsigned int k;
+
+	for (k = 1; k <= b->max_order; k++)
+		if (!bit_test(b->bits[k], blk >> k))
+			return k;
+	return 0;
+}
+
+static int range_is(const struct mb_buddy *b, uint32_t start, uint32_t len, int used)
+{
+	uint32_t i;
+
+	if (start > b->nblocks || len > b->nblocks - start)
+		return 0;
+	for (i = start; i < start + len; i++)
+		if (bit_test(b->bits[0], i) != used)
+			return 0;
+	return 1;
+}
+
+int mb_buddy_mark_used(struct mb_buddy *b, uint32_t start, uint32_t len)
+{
+	uint32_t cur = start, end = start + len;
+	int nf;
+
+	if (!len || !range_is(b, start, len, 0))
+		return -1;
+	nf = nbr_free(b, start, len);
+	/* One run split in two, shortened, or consumed whole. */
+	b->fragments += nf == 2 ? 1 : nf == 0 ? (uint32_t)-1 : 0;
+	b->free -= len;
+	while (cur < end) {
+		unsigned int k = order_of(b, cur);
+		uint32_t cstart = cur & ~((1u << k) - 1), cend = cstart + (1u << k);
+		uint32_t uend = end < cend ? end : cend, i;
+
+		if (k)
+			bit_set(b->bits[k], cur >> k);
+		b->counters[k]--;
+		for (i = cur; i < uend; i++)
+			bit_set(b->bits[0], i);
+		/* What is left of the chunk on either side stays free, as smaller chunks. */
+		add_free_chunks(b, cstart, cur - cstart);
+		add_free_chunks(b, uend, cend - uend);
+		cur = uend;
+	}
+	return 0;
+}
+
+/* Free one aligned chunk of order k at start (all used), merging with free buddies. */
+static void free_chunk(struct mb_buddy *b, uint32_t start, unsigned int k)
+{
+	uint32_t i, idx = start >> k;
+
+	for (i = start; i < start + (1u << k); i++)
+		bit_clear(b->bits[0], i);
+	while (k < b->max_order) {
+		uint32_t bud = idx ^ 1;
+
+		if (bit_test(b->bits[k], bud))
+			break;
+		/* At order 0 the buddy block is a chunk of its own: its parent is not free. */
+		if (k)
+			bit_set(b->bits[k], bud);
+		b->counters[k]--;
+		idx >>= 1;
+		k++;
+	}
+	if (k)
+		bit_clear(b->bits[k], idx);
+	b->counters[k]++;
+}
+
+int mb_buddy_free(struct mb_buddy *b, uint32_t start, uint32_t len)
+{
+	uint32_t cur = start, left = len;
+	int nf;
+
+	if (!len || !range_is(b, start, len, 1))
+		return -1;
+	nf = nbr_free(b, start, len);
+	/* A new run, one grown, or two joined. */
+	b->fragments += nf == 0 ? 1 : nf == 2 ? (uint32_t)-1 : 0;
+	b->free += len;
+	while (left) {
+		unsigned int k = cur ? (unsigned int)__builtin_ctz(cur) : b->max_order;
+
+		if (k > b->max_order)
+			k = b->max_order;
+		while ((1u << k) > left)
+			k--;
+		free_chunk(b, cur, k);
+		cur += 1u << k;
+		left -= 1u << k;
+	}
+	return 0;
+}
+
+uint32_t mb_buddy_extent_at(const struct mb_buddy *b, uint32_t start, uint32_t max)
+{
+	uint32_t n = 0;
+
+	while (n < max && start + n < b->nblocks) {
+		uint32_t i = start + n;
+
+		/* Whole free bytes at a time once aligned. */
+		if (!(i & 7) && i + 8 <= b->nblocks && !b->bits[0][i >> 3] && n + 8 <= max) {
+			n += 8;
+			continue;
+		}
+		if (bit_test(b->bits[0], i))
+			break;
+		n++;
+	}
+	return n;
+}
+
+int mb_buddy_next_run(const struct mb_buddy *b, uint32_t from, uint32_t *start, uint32_t *len)
+{
+	uint32_t i = from;
+
+	while (i < b->nblocks) {
+		if (!(i & 7) && b->bits[0][i >> 3] == 0xff) {
+			i += 8;
+			continue;
+		}
+		if (!bit_test(b->bits[0], i)) {
+			*start = i;
+			*len = mb_buddy_extent_at(b, i, b->nblocks - i);
+			return 0;
+		}
+		i++;
+	}
+	return -1;
+}
+
+int64_t mb_buddy_find_order(const struct mb_buddy *b, unsigned int order, unsigned int *got)
+{
+	unsigned int k;
+
+	for (k = order; k <= b->max_order; k++) {
+		uint32_t n = b->size >> k, i;
+
+		if (!b->counters[k])
+			continue;
+		for (i = 0; i < n; i++) {
+			if (!(i & 7) && b->bits[k][i >> 3] == 0xff && i + 8 <= n) {
+				i += 7;
+				continue;
+			}
+			if (!bit_test(b->bits[k], i) && (k || !bit_test(b->bits[0], i))) {
+				/* At order 0 every free block is 0: only a block whose pair is used counts. */
+				if (!k && !bit_test(b->bits[0], i ^ 1) && (i ^ 1) < b->nblocks)
+					continue;
+				*got = k;
+				return (int64_t)i << k;
+			}
+		}
+	}
+	return -1;
+}
+
+int mb_buddy_largest_order(const struct mb_buddy *b)
+{
+	int k;
+
+	for (k = (int)b->max_order; k >= 0; k--)
+		if (b->counters[k])
+			return k;
+	return -1;
+}
+
+int mb_buddy_first_free(const struct mb_buddy *b)
+{
+	uint32_t s, l;
+
+	return mb_buddy_next_run(b, 0, &s, &l) ? -1 : (int)s;
+}
+
+int mb_buddy_compare(const struct mb_buddy *a, const struct mb_buddy *b)
+{
+	unsigned int k;
+
+	if (a->nblocks != b->nblocks || a->max_order != b->max_order || a->free != b->free ||
+	    a->fragments != b->fragments)
+		return -1;
+	if (memcmp(a->counters, b->counters, sizeof(a->counters)))
+		return -1;
+	for (k = 0; k <= a->max_order; k++)
+		if (memcmp(a->bits[k], b->bits[k], ((a->size >> k) + 7) / 8))
+			return -1;
+	return 0;
+}

@@ -1,0 +1,145 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The allocator's tunables: names, defaults and validation in one place.
+ * Names and defaults are the kernel's (/sys/fs/ext4/DEV/mb_*); each is a
+ * mount option today and will be live-tunable (issue 7) through the same
+ * rr_alloc_tunable_set().
+ */
+#include "mballoc.h"
+#include "policy.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MB_DEFAULT_MAX_PREALLOC_KB	8192
+
+enum tkind { T_UINT, T_BOOL, T_PREALLOC_KB, T_POLICY };
+
+struct tunable {
+	const char *name;
+	size_t off;
+	enum tkind kind;
+	unsigned int max;
+};
+
+#define TU(n, k, m) { #n, offsetof(struct rr_alloc_tunables, n), k, m }
+static const struct tunable tunables[] = {
+	TU(mb_max_prealloc_kb, T_PREALLOC_KB, 0),
+	TU(mb_stream_req, T_UINT, UINT_MAX),
+	/* The kernel refuses values above the blocks per group at attach; so do we. */
+	TU(mb_group_prealloc, T_UINT, UINT_MAX),
+	TU(mb_min_to_scan, T_UINT, UINT_MAX),
+	TU(mb_max_to_scan, T_UINT, UINT_MAX),
+	TU(mb_order2_req, T_UINT, 64),
+	TU(mb_max_linear_groups, T_UINT, UINT_MAX),
+	TU(mb_optimize_scan, T_BOOL, 1),
+	TU(mb_best_avail_max_trim_order, T_UINT, 64),
+	TU(mb_stats, T_BOOL, 1),
+	{ "max_prealloc_kb", offsetof(struct rr_alloc_tunables, mb_max_prealloc_kb), T_PREALLOC_KB, 0 },
+	{ "allocator", 0, T_POLICY, 0 },
+};
+
+void rr_alloc_tunables_default(struct rr_alloc_tunables *t)
+{
+	memset(t, 0, sizeof(*t));
+	t->mb_max_prealloc_kb = MB_DEFAULT_MAX_PREALLOC_KB;
+	t->mb_stream_req = 16;
+	t->mb_group_prealloc = 512;
+	t->mb_min_to_scan = 10;
+	t->mb_max_to_scan = 200;
+	t->mb_order2_req = 2;
+	t->mb_max_linear_groups = 0;
+	t->mb_optimize_scan = UINT_MAX;	/* on with >= 16 groups, decided at attach */
+	t->mb_best_avail_max_trim_order = 3;
+	strcpy(t->policy, "regular");
+}
+
+static const struct tunable *lookup(const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof(tunables) / sizeof(tunables[0]); i++)
+		if (!strcmp(tunables[i].name, name))
+			return &tunables[i];
+	return NULL;
+}
+
+int rr_alloc_is_tunable(const char *name)
+{
+	return lookup(name) != NULL;
+}
+
+/* Decimal (or 0x hex, as kstrtouint with base 0 takes) unsigned int, nothing else. */
+static int parse_u32(const char *s, unsigned int *out)
+{
+	unsigned long long v;
+	char *end;
+
+	if (!s || !*s || *s == '-' || *s == '+' || *s == ' ')
+		return -1;
+	errno = 0;
+	v = strtoull(s, &end, 0);
+	if (errno || *end || v > UINT_MAX)
+		return -1;
+	*out = (unsigned int)v;
+	return 0;
+}
+
+/* As the seed patch: below 8192 clamps to 8192, otherwise round up to a power of two. */
+static int prealloc_kb(unsigned int v, unsigned int *out)
+{
+	unsigned long long r = 1;
+
+	if (v < MB_DEFAULT_MAX_PREALLOC_KB)
+		v = MB_DEFAULT_MAX_PREALLOC_KB;
+	while (r < v)
+		r <<= 1;
+	if (r > UINT_MAX)
+		return -1;
+	*out = (unsigned int)r;
+	return 0;
+}
+
+int rr_alloc_tunable_set(struct rr_alloc_tunables *t, const char *name, const char *value,
+			 char *err, size_t errlen)
+{
+	const struct tunable *d = lookup(name);
+	unsigned int v;
+
+	if (!d) {
+		snprintf(err, errlen, "unknown allocator tunable '%s'", name);
+		return -ENOENT;
+	}
+	if (d->kind == T_POLICY) {
+		if (!value || !mb_policy_find(value)) {
+			char names[128];
+
+			mb_policy_names(names, sizeof(names));
+			snprintf(err, errlen, "unknown allocator '%s' (known: %s)", value ? value : "", names);
+			return -EINVAL;
+		}
+		snprintf(t->policy, sizeof(t->policy), "%s", value);
+		return 0;
+	}
+	if (parse_u32(value, &v)) {
+		snprintf(err, errlen, "bad value for %s=: '%s' (an unsigned number below 2^32)", name,
+			 value ? value : "");
+		return -EINVAL;
+	}
+	if (d->kind == T_PREALLOC_KB) {
+		if (prealloc_kb(v, &v)) {
+			snprintf(err, errlen, "bad value for %s=: '%s' (rounded up to a power of two it overflows)",
+				 name, value);
+			return -EINVAL;
+		}
+	} else if (v > d->max) {
+		snprintf(err, errlen, "bad value for %s=: '%s' (at most %u)", name, value, d->max);
+		return -EINVAL;
+	}
+	*(unsigned int *)((char *)t + d->off) = v;
+	return 0;
+}

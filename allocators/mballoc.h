@@ -1,0 +1,218 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The mballoc engine's private structures, shared by the engine
+ * (mballoc.c), the buddy (mb_buddy.c), the tunables (mb_tunables.c) and the
+ * policies (regular.c, ...).  Nothing here is visible to the daemon; it sees
+ * include/rrfuse/alloc.h only.  The design and the locking rules are stated
+ * at the top of mballoc.c.
+ */
+#ifndef RR_MBALLOC_H
+#define RR_MBALLOC_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "rrfuse/alloc.h"
+
+/* Orders 0 .. MB_MAX_ORDER; the kernel's MB_NUM_ORDERS is blocksize_bits + 2. */
+#define MB_NUM_ORDERS_MAX	18
+
+/*
+ * A buddy over one group: order 0 is the group's block bitmap with every
+ * preallocated block also marked used; a 0 bit at order k >= 1 marks an
+ * aligned free chunk of 2^k blocks that is not inside a free chunk of order
+ * k + 1.  Blocks past the group's end (the last group) are used.
+ * counters[k] counts those maximal chunks (at order 0: free blocks whose
+ * buddy is not free).
+ */
+struct mb_buddy {
+	uint32_t nblocks;		/* blocks in this group */
+	uint32_t size;			/* nblocks rounded up to 2^max_order */
+	unsigned int max_order;
+	uint32_t free;
+	uint32_t fragments;		/* maximal free runs */
+	uint32_t counters[MB_NUM_ORDERS_MAX];
+	uint8_t *bits[MB_NUM_ORDERS_MAX];	/* bits[k]: size >> k bits, 1 = used */
+};
+
+/* mb_buddy.c: pure functions, unit-tested without a filesystem. */
+int mb_buddy_init(struct mb_buddy *b, uint32_t nblocks, unsigned int max_order);
+void mb_buddy_destroy(struct mb_buddy *b);
+/* Build from a bitmap of nblocks bits (1 = used, LSB first as libext2fs's range export). */
+void mb_buddy_generate(struct mb_buddy *b, const uint8_t *bitmap);
+int mb_buddy_test(const struct mb_buddy *b, uint32_t blk);	/* 1 = used */
+/* The range must be free (mark_used) or used (free); returns -1 (and changes nothing) if not. */
+int mb_buddy_mark_used(struct mb_buddy *b, uint32_t start, uint32_t len);
+int mb_buddy_free(struct mb_buddy *b, uint32_t start, uint32_t len);
+/* Length of the free run starting at start, at most max; 0 if start is used. */
+uint32_t mb_buddy_extent_at(const struct mb_buddy *b, uint32_t start, uint32_t max);
+/* Next free run at or after from: 0 with its start and length set, or -1. */
+int mb_buddy_next_run(const struct mb_buddy *b, uint32_t from, uint32_t *start, uint32_t *len);
+/* First maximal free chunk of order >= order: its start, or -1. *got = its order. */
+int64_t mb_buddy_find_order(const struct mb_buddy *b, unsigned int order, unsigned int *got);
+int mb_buddy_largest_order(const struct mb_buddy *b);		/* -1 if none free */
+int mb_buddy_first_free(const struct mb_buddy *b);		/* -1 if none */
+/* 0 if a and b hold the same buddy (every order, counters, free, fragments). */
+int mb_buddy_compare(const struct mb_buddy *a, const struct mb_buddy *b);
+/* fls(free / fragments) - 2 clamped to [0, max_order], or -1 with no fragments. */
+int mb_avg_order(uint32_t free, uint32_t fragments, unsigned int max_order);
+int mb_fls(uint64_t x);
+
+/* The criteria, cheapest first (kernel names). */
+enum mb_cr {
+	CR_POWER2_ALIGNED,
+	CR_GOAL_LEN_FAST,
+	CR_BEST_AVAIL_LEN,
+	CR_GOAL_LEN_SLOW,
+	CR_ANY_FREE,
+	MB_NUM_CRS
+};
+
+/* Optimised-scan lists, by the group's largest free order and its average fragment order. */
+enum { MB_LIST_LARGEST, MB_LIST_AVG, MB_NLISTS };
+
+/*
+ * Per-group state.  The summary fields are copies of the buddy's, written
+ * under the group lock and read without it by the list-driven scans as
+ * hints (rechecked under the lock before use).
+ */
+struct mb_group {
+	pthread_mutex_t lock;		/* buddy, summary, pas list */
+	struct mb_buddy *buddy;		/* NULL until first use (lazy load) */
+	uint32_t free;			/* in the buddy: preallocated blocks count as used */
+	uint32_t fragments;
+	int8_t largest_order;		/* -1: none free */
+	int8_t avg_order;
+	int8_t list_order[MB_NLISTS];	/* the list this group is on, -1 none (under list_lock) */
+	int32_t list_next[MB_NLISTS], list_prev[MB_NLISTS];
+	struct mb_pa *pas;		/* preallocations inside this group */
+};
+
+/*
+ * A preallocation: physical blocks [pstart, pstart+len) reserved in the
+ * buddy, not on disk.  An inode PA (lg < 0) is for logical blocks
+ * [lstart, lstart+len) of one file; a block is handed out by logical
+ * position and free counts those not handed out.  A locality-group PA
+ * (lg >= 0) serves small files of that group from its front: pstart and
+ * len move up as it is used, so free == len.
+ */
+struct mb_pa {
+	uint64_t lstart;
+	uint64_t pstart;
+	uint32_t len;
+	uint32_t free;
+	ext2_ino_t ino;
+	uint32_t group;
+	int32_t lg;			/* locality group, or -1 for an inode PA */
+	struct mb_pa *inext;		/* inode hash chain */
+	struct mb_pa *gnext;		/* group's list */
+};
+
+/* Request hints (EXT4_MB_HINT_* in the kernel). */
+#define MB_HINT_DATA		0x01
+#define MB_HINT_TRY_GOAL	0x02
+#define MB_HINT_FIRST		0x04
+#define MB_HINT_STREAM		0x08
+#define MB_HINT_NOPREALLOC	0x10
+#define MB_HINT_GROUP_ALLOC	0x20	/* a small file: from the locality group's PA */
+
+enum mb_status { AC_CONTINUE, AC_FOUND, AC_BREAK };
+
+/* A free extent in group coordinates; logical is the file block it will back. */
+struct mb_ext {
+	uint32_t group;
+	uint32_t start;
+	uint32_t len;
+	uint64_t logical;
+};
+
+/* One allocation context, passed through the pipeline (kernel: ext4_allocation_context). */
+struct mb_ac {
+	ext2_ino_t ino;
+	unsigned int hints;
+	struct mb_ext o_ex;		/* original request (start = goal) */
+	struct mb_ext g_ex;		/* normalised goal */
+	uint32_t orig_goal_len;		/* g_ex.len before CR_BEST_AVAIL_LEN trims it */
+	struct mb_ext b_ex;		/* best found */
+	unsigned int two_order;		/* log2(goal len) if a power of two worth aligning, else 0 */
+	enum mb_cr cr;
+	enum mb_status status;
+	uint32_t found;			/* extents measured (ac_found) */
+	uint32_t groups_scanned;
+};
+
+/* Normalisation input and output: pure, see mb_normalize(). */
+struct mb_norm {
+	unsigned int bbits;
+	uint32_t bpg;
+	uint32_t max_prealloc_kb;
+	uint64_t lblk, len;		/* the request */
+	uint64_t isize;			/* i_size in bytes */
+	struct rr_alloc_nbr nbr;	/* allocated neighbours */
+	/* out */
+	uint64_t start, size;		/* window, logical blocks */
+	uint64_t goal;			/* physical goal, 0 = keep the request's */
+};
+void mb_normalize(struct mb_norm *n);
+
+struct mb_policy;
+
+/* Statistics (mb_stats), in the kernel's meaning; counted only when mb_stats is on. */
+struct mb_stats {
+	atomic_ulong reqs, success, groups_scanned, extents_scanned, goal_hits, len_goal_hits;
+	atomic_ulong two_n_hits, breaks, buddies_generated, preallocated, discarded;
+	atomic_ulong cr_hits[MB_NUM_CRS], cr_considered[MB_NUM_CRS], cr_useless[MB_NUM_CRS];
+};
+
+struct rr_alloc {
+	ext2_filsys fs;
+	struct rr_alloc_tunables t;
+	const struct mb_policy *policy;
+	void *policy_priv;
+	uint64_t meta_resv;
+	uint32_t ngroups, bpg;
+	uint64_t first_data_block;
+	unsigned int max_order;
+	uint32_t prefetch;		/* groups loaded ahead of a search (kernel: mb_prefetch) */
+	struct mb_group *groups;
+
+	/* The optimised-scan lists: heads per order, under list_lock. */
+	pthread_mutex_t list_lock;
+	int32_t list_head[MB_NLISTS][MB_NUM_ORDERS_MAX];
+	int32_t list_tail[MB_NLISTS][MB_NUM_ORDERS_MAX];
+
+	/* Inode preallocations by inode number, under pa_lock. */
+	pthread_mutex_t pa_lock;
+	struct mb_pa **pa_hash;
+	uint32_t pa_nbuckets;
+	/* Locality groups, one per CPU: each holds its current group PA (or NULL), under pa_lock. */
+	struct mb_pa **lg;
+	uint32_t nlg;
+	atomic_ulong pa_count;
+
+	/* Stream goals (s_mb_last_groups): group of the last stream allocation per slot. */
+	atomic_uint *last_groups;
+	uint32_t nr_last_groups;
+
+	/* Set while the engine itself calls libext2fs's stats functions (fs lock held). */
+	int in_engine;
+	struct mb_stats stats;
+
+	void *old_priv;
+	errcode_t (*old_get_alloc_block)(ext2_filsys, blk64_t, blk64_t *);
+	errcode_t (*old_new_range)(ext2_filsys, int, blk64_t, blk64_t, blk64_t *, blk64_t *);
+	void (*old_stats)(ext2_filsys, blk64_t, int);
+	void (*old_stats_range)(ext2_filsys, blk64_t, blk_t, int);
+};
+
+/* Engine services for policies (mballoc.c). */
+int mb_load_group(struct rr_alloc *a, uint32_t g);
+void mb_prefetch(struct rr_alloc *a, uint32_t g, uint32_t n);
+int mb_good_group(struct rr_alloc *a, struct mb_ac *ac, uint32_t g, enum mb_cr cr);
+void mb_scan_group(struct rr_alloc *a, struct mb_ac *ac, uint32_t g, enum mb_cr cr);
+int mb_find_by_goal(struct rr_alloc *a, struct mb_ac *ac);
+int mb_list_first(struct rr_alloc *a, int list, int order);
+int mb_list_next(struct rr_alloc *a, int list, uint32_t g);
+
+#endif

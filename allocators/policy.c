@@ -1,0 +1,31 @@
+// SPDX-License-Identifier: GPL-2.0
+/* The table of allocation policies, by name (see policy.h). */
+#include "policy.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const struct mb_policy *const mb_policies[] = {
+	&mb_policy_regular,
+};
+
+#define NPOLICIES (sizeof(mb_policies) / sizeof(mb_policies[0]))
+
+const struct mb_policy *mb_policy_find(const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < NPOLICIES; i++)
+		if (!strcmp(mb_policies[i]->name, name))
+			return mb_policies[i];
+	return NULL;
+}
+
+void mb_policy_names(char *buf, size_t len)
+{
+	size_t i, n = 0;
+
+	buf[0] = 0;
+	for (i = 0; i < NPOLICIES && n < len; i++)
+		n += (size_t)snprintf(buf + n, len - n, "%s%s", i ? ", " : "", mb_policies[i]->name);
+}

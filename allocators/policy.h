@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The allocation policy interface.  The engine (mballoc.c) owns the
+ * groups, buddies, normalisation and preallocations; a policy decides only
+ * where to look: given a normalised request (struct mb_ac, goal group and
+ * length set) it walks groups with the engine's helpers (mb_good_group,
+ * mb_scan_group, mb_find_by_goal, the optimised-scan lists) until
+ * ac->status is AC_FOUND, or gives up with ac->b_ex.len == 0.
+ *
+ * A policy is registered by one line in mb_policies[] (policy.c is that
+ * table); issue 7's rralloc plugs in here the same way.  Calls come with
+ * the fs lock held (see mballoc.c), so init/fini and choose need no
+ * locking of their own beyond what they add to the group state.
+ */
+#ifndef RR_MB_POLICY_H
+#define RR_MB_POLICY_H
+
+#include <stddef.h>
+
+#include "mballoc.h"
+
+struct mb_policy {
+	const char *name;
+	int (*init)(struct rr_alloc *a);	/* optional: set a->policy_priv */
+	void (*fini)(struct rr_alloc *a);	/* optional */
+	/* Find blocks for ac (leaves the found extent in ac->b_ex, not yet marked used). */
+	void (*choose)(struct rr_alloc *a, struct mb_ac *ac);
+};
+
+extern const struct mb_policy mb_policy_regular;
+
+const struct mb_policy *mb_policy_find(const char *name);
+/* "regular, ..." for messages. */
+void mb_policy_names(char *buf, size_t len);
+
+#endif

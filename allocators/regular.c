@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The "regular" policy: the kernel's ext4_mb_regular_allocator.
+ *
+ *  1. The goal itself, when the request has one worth trying.
+ *  2. Streams (files past mb_stream_req blocks) start their search at the
+ *     group the last stream allocation of their slot (inode % slots) used,
+ *     so concurrent large files fill groups one after another instead of
+ *     all fighting over their inodes' groups.
+ *  3. The criteria cascade, cheapest first: CR_POWER2_ALIGNED (a buddy
+ *     chunk of exactly the goal's power-of-two order), CR_GOAL_LEN_FAST
+ *     (groups whose average free fragment holds the goal), for data
+ *     CR_BEST_AVAIL_LEN (the same with the goal trimmed to smaller powers
+ *     of two, at most mb_best_avail_max_trim_order halvings and never
+ *     below the request), CR_GOAL_LEN_SLOW (any group with that many free
+ *     blocks, loading groups as needed), CR_ANY_FREE (take what there is).
+ *
+ * With mb_optimize_scan the first three criteria pick groups from the
+ * engine's lists (by largest free order, by average fragment order) after
+ * the goal group and mb_max_linear_groups groups after it, so their cost
+ * does not grow with the number of groups; otherwise every criterion is a
+ * linear pass from the goal group.
+ */
+#include "policy.h"
+
+/* Try group g at cr; nonzero when the search is over. */
+static int try_group(struct rr_alloc *a, struct mb_ac *ac, uint32_t g, enum mb_cr cr)
+{
+	if (mb_good_group(a, ac, g, cr)) {
+		mb_scan_group(a, ac, g, cr);
+		if (a->t.mb_stats)
+			atomic_fetch_add(&a->stats.cr_considered[cr], 1);
+	}
+	return ac->status != AC_CONTINUE;
+}
+
+static int scan_linear(struct rr_alloc *a, struct mb_ac *ac, enum mb_cr cr, uint32_t count)
+{
+	uint32_t i, start = ac->g_ex.group;
+
+	if (count > a->ngroups)
+		count = a->ngroups;
+	for (i = 0; i < count; i++)
+		if (try_group(a, ac, (start + i) % a->ngroups, cr))
+			return 1;
+	return 0;
+}
+
+/* Every group on list l of order >= from (groups already tried linearly are skipped by status). */
+static int scan_lists(struct rr_alloc *a, struct mb_ac *ac, enum mb_cr cr, int l, int from)
+{
+	int o, g, next;
+
+	for (o = from < 0 ? 0 : from; o <= (int)a->max_order; o++)
+		for (g = mb_list_first(a, l, o); g >= 0; g = next) {
+			next = mb_list_next(a, l, (uint32_t)g);
+			if (try_group(a, ac, (uint32_t)g, cr))
+				return 1;
+		}
+	return 0;
+}
+
+static int scan_optimized(struct rr_alloc *a, struct mb_ac *ac, enum mb_cr cr)
+{
+	int o, min_o;
+
+	if (scan_linear(a, ac, cr, 1 + a->t.mb_max_linear_groups))
+		return 1;
+	switch (cr) {
+	case CR_POWER2_ALIGNED:
+		return scan_lists(a, ac, cr, MB_LIST_LARGEST, (int)ac->two_order);
+	case CR_GOAL_LEN_FAST:
+		return scan_lists(a, ac, cr, MB_LIST_AVG, mb_avg_order(ac->g_ex.len, 1, a->max_order));
+	case CR_BEST_AVAIL_LEN:
+		o = mb_fls(ac->g_ex.len) - 1;
+		min_o = o - (int)a->t.mb_best_avail_max_trim_order;
+		if (min_o < 0)
+			min_o = 0;
+		if ((1u << min_o) < ac->o_ex.len)
+			min_o = mb_fls(ac->o_ex.len);
+		for (; o >= min_o; o--) {
+			ac->g_ex.len = 1u << o;
+			if (scan_lists(a, ac, cr, MB_LIST_AVG, mb_avg_order(ac->g_ex.len, 1, a->max_order)))
+				return 1;
+		}
+		ac->g_ex.len = ac->orig_goal_len;
+		return 0;
+	default:
+		return scan_linear(a, ac, cr, a->ngroups);
+	}
+}
+
+static void regular_choose(struct rr_alloc *a, struct mb_ac *ac)
+{
+	unsigned int i = (unsigned int)mb_fls(ac->g_ex.len) - 1;
+	uint32_t slot = ac->ino % a->nr_last_groups;
+	enum mb_cr cr;
+
+	if ((ac->hints & MB_HINT_TRY_GOAL) && mb_find_by_goal(a, ac))
+		return;
+	/* Only requests of 2^order2_req blocks or more are worth aligning. */
+	ac->two_order = ((ac->g_ex.len & (ac->g_ex.len - 1)) == 0 && i + 1 >= a->t.mb_order2_req &&
+			 i <= a->max_order) ? i : 0;
+	if (ac->hints & MB_HINT_STREAM) {
+		ac->g_ex.group = atomic_load(&a->last_groups[slot]) % a->ngroups;
+		ac->g_ex.start = 0;
+	}
+	/* A search: have the groups ahead loaded, so the lists know them. */
+	mb_prefetch(a, ac->g_ex.group, a->prefetch);
+	for (cr = ac->two_order ? CR_POWER2_ALIGNED : CR_GOAL_LEN_FAST;
+	     cr < MB_NUM_CRS && ac->status == AC_CONTINUE; cr++) {
+		int done;
+
+		/* Metadata goes straight from the fast pass to the slow one. */
+		if (cr == CR_BEST_AVAIL_LEN && !(ac->hints & MB_HINT_DATA))
+			continue;
+		ac->cr = cr;
+		if (a->t.mb_optimize_scan && cr < CR_GOAL_LEN_SLOW)
+			done = scan_optimized(a, ac, cr);
+		else
+			done = scan_linear(a, ac, cr, a->ngroups);
+		if (!done && a->t.mb_stats)
+			atomic_fetch_add(&a->stats.cr_useless[cr], 1);
+	}
+	if (ac->b_ex.len) {
+		if (a->t.mb_stats)
+			atomic_fetch_add(&a->stats.cr_hits[ac->cr], 1);
+		if (ac->hints & MB_HINT_STREAM)
+			atomic_store(&a->last_groups[slot], ac->b_ex.group);
+	}
+}
+
+const struct mb_policy mb_policy_regular = {
+	.name = "regular",
+	.choose = regular_choose,
+};
