@@ -390,6 +390,17 @@ static void pa_release(struct rr_alloc *a, struct mb_pa *pa, uint64_t xs, uint64
 	free(pa);
 }
 
+/* Put a new pa on its group's list, then drop pa_lock (held by the caller). */
+static void pa_link_group_unlock(struct rr_alloc *a, struct mb_pa *pa)
+{
+	pthread_mutex_lock(&a->groups[pa->group].lock);
+	pa->gnext = a->groups[pa->group].pas;
+	a->groups[pa->group].pas = pa;
+	pthread_mutex_unlock(&a->groups[pa->group].lock);
+	pthread_mutex_unlock(&a->pa_lock);
+	atomic_fetch_add(&a->pa_count, 1);
+}
+
 /* Take pa out of the inode hash (pa_lock held) and its group's list. */
 static void pa_unlink_locked(struct rr_alloc *a, struct mb_pa *pa)
 {
@@ -934,12 +945,7 @@ static void ac_use(struct rr_alloc *a, struct mb_ac *ac, int make_pa, struct rr_
 		if (old)
 			pa_unlink_locked(a, old);
 		a->lg[slot] = pa;
-		pthread_mutex_lock(&a->groups[pa->group].lock);
-		pa->gnext = a->groups[pa->group].pas;
-		a->groups[pa->group].pas = pa;
-		pthread_mutex_unlock(&a->groups[pa->group].lock);
-		pthread_mutex_unlock(&a->pa_lock);
-		atomic_fetch_add(&a->pa_count, 1);
+		pa_link_group_unlock(a, pa);
 		if (old) {
 			old->inext = NULL;
 			pa_release_list(a, old);
@@ -971,12 +977,7 @@ static void ac_use(struct rr_alloc *a, struct mb_ac *ac, int make_pa, struct rr_
 	pthread_mutex_lock(&a->pa_lock);
 	pa->inext = a->pa_hash[pa_bucket(a, pa->ino)];
 	a->pa_hash[pa_bucket(a, pa->ino)] = pa;
-	pthread_mutex_lock(&a->groups[pa->group].lock);
-	pa->gnext = a->groups[pa->group].pas;
-	a->groups[pa->group].pas = pa;
-	pthread_mutex_unlock(&a->groups[pa->group].lock);
-	pthread_mutex_unlock(&a->pa_lock);
-	atomic_fetch_add(&a->pa_count, 1);
+	pa_link_group_unlock(a, pa);
 }
 
 /* One try: a PA hit, else normalise, search, use.  0 or -ENOSPC. */

@@ -268,13 +268,10 @@ void emap_cache_set(struct rr_emap *m, uint32_t lblk, uint32_t len, uint64_t pbl
 	free(tmp);
 }
 
-/* A physical goal for lblk: just after the nearest mapped block before it. */
-uint64_t emap_goal(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk)
+/* How many extents start at or before lblk (so v[that - 1] is the last of them). */
+static uint32_t extents_upto(const struct rr_emap *m, uint64_t lblk)
 {
-	const struct rr_emap *m = &ri->emap;
 	uint32_t lo = 0, hi = m->n;
-	ext2_filsys fs = rfs->fs;
-	dgrp_t group;
 
 	while (lo < hi) {
 		uint32_t mid = lo + (hi - lo) / 2;
@@ -284,6 +281,17 @@ uint64_t emap_goal(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk)
 		else
 			hi = mid;
 	}
+	return lo;
+}
+
+/* A physical goal for lblk: just after the nearest mapped block before it. */
+uint64_t emap_goal(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk)
+{
+	const struct rr_emap *m = &ri->emap;
+	uint32_t lo = extents_upto(m, lblk);
+	ext2_filsys fs = rfs->fs;
+	dgrp_t group;
+
 	if (lo > 0) {
 		const struct rr_ext *e = &m->v[lo - 1];
 
@@ -304,19 +312,11 @@ uint64_t emap_goal(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk)
 void emap_alloc_hint(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk, struct rr_alloc_req *req)
 {
 	const struct rr_emap *m = &ri->emap;
-	uint32_t lo = 0, hi = m->n;
+	uint32_t lo = extents_upto(m, lblk);
 
 	req->goal = emap_goal(rfs, ri, lblk);
 	req->isize = ri->size;
 	memset(&req->nbr, 0, sizeof(req->nbr));
-	while (lo < hi) {
-		uint32_t mid = lo + (hi - lo) / 2;
-
-		if (m->v[mid].lblk <= lblk)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
 	if (lo > 0 && m->v[lo - 1].lblk + (uint64_t)m->v[lo - 1].len <= lblk) {
 		const struct rr_ext *e = &m->v[lo - 1];
 

@@ -710,6 +710,27 @@ def mount_factory(request):
                 _rm_workdir(os.path.dirname(m.image))
 
 
+@pytest.fixture
+def loopdev(request):
+    """(device, image): losetup over a fresh 128 MiB image; param: logical sector size."""
+    require_mount_backend()
+    if not loop_works():
+        pytest.skip("needs root and loop devices")
+    sector = getattr(request, "param", 512)
+    image = make_image(size="128M")
+    r = subprocess.run(["losetup", "-f", "--show", "--sector-size", str(sector), image],
+                       capture_output=True, text=True)
+    if r.returncode:
+        pytest.skip("losetup --sector-size %d: %s" % (sector, r.stderr.strip()))
+    dev = r.stdout.strip()
+    try:
+        yield dev, image
+    finally:
+        subprocess.run(["losetup", "-d", dev])
+        if not KEEP:
+            _rm_workdir(os.path.dirname(image))
+
+
 # ---------------------------------------------------------- unprivileged
 
 def _drop(uid, gid, groups=()):

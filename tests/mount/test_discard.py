@@ -9,8 +9,7 @@ import subprocess
 import pytest
 
 import conftest
-from conftest import (Mount, fsck, kernel_check, loop_works,
-                      make_image, pattern, require_mount_backend, snapshot)
+from conftest import Mount, check_mount, pattern
 
 pytestmark = [pytest.mark.rrfuse_only,
               pytest.mark.skipif(shutil.which("fstrim") is None, reason="needs fstrim")]
@@ -46,30 +45,15 @@ def test_fstrim_image_file(fs):
     fill_and_trim(fs, fs.image)
 
 
-def test_fstrim_loop_device():
-    require_mount_backend()
-    if not loop_works():
-        pytest.skip("needs root and loop devices")
-    image = make_image(size="256M")
-    d = os.path.dirname(image)
-    dev = subprocess.run(["losetup", "-f", "--show", image], check=True, capture_output=True,
-                         text=True).stdout.strip()
+def test_fstrim_loop_device(loopdev):
+    dev, image = loopdev
+    m = Mount(dev, mnt=os.path.join(os.path.dirname(image), "mnt"))
+    m.mount()
     try:
-        m = Mount(dev, mnt=os.path.join(d, "mnt"))
-        m.mount()
-        try:
-            fill_and_trim(m, image)
-            snap = snapshot(m.mnt)
-            m.unmount()
-        finally:
-            m.cleanup()
-        rc, out = fsck(dev)
-        assert rc == 0, out
-        kernel_check(dev, snap)
+        fill_and_trim(m, image)
+        check_mount(m)
     finally:
-        subprocess.run(["losetup", "-d", dev])
-    if not conftest.KEEP:
-        conftest._rm_workdir(d)
+        m.cleanup()
 
 
 @pytest.mark.opts("allow_other")

@@ -7,6 +7,7 @@
  * test runs with the engine's check on (buddy == bitmap + preallocations
  * after every change, abort otherwise) and verifies all groups at the end.
  */
+#include "unit.h"
 #include <check.h>
 #include <stdio.h>
 #include <errno.h>
@@ -40,17 +41,7 @@ static void attach_checked(void)
 
 static void setup(void)
 {
-	char cmd[256];
-	int fd;
-
-	snprintf(img, sizeof(img), "/tmp/rralloc-test.XXXXXX");
-	fd = mkstemp(img);
-	ck_assert_int_ge(fd, 0);
-	close(fd);
-	snprintf(cmd, sizeof(cmd), "truncate -s 64M %s && mke2fs -q -F -t ext4 -b 4096 -m 5 %s", img, img);
-	ck_assert_int_eq(system(cmd), 0);
-	ck_assert_int_eq(ext2fs_open(img, EXT2_FLAG_RW | EXT2_FLAG_64BITS, 0, 0, unix_io_manager, &fs), 0);
-	ck_assert_int_eq(ext2fs_read_bitmaps(fs), 0);
+	fs = unit_image(img, "64M", "-b 4096 -m 5");
 	attach_checked();
 }
 
@@ -319,8 +310,6 @@ int main(void)
 {
 	Suite *s = suite_create("alloc");
 	TCase *tc = tcase_create("mballoc");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, goal_first_and_contiguous);
@@ -332,9 +321,5 @@ int main(void)
 	tcase_add_test(tc, criteria);
 	tcase_add_test(tc, locality_group);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return unit_run(s);
 }

@@ -3,6 +3,7 @@
  * Unit tests: the cached block map (emap_cache_set, emap_lookup), and the
  * on-disk tree helpers on a real image made by mke2fs, checked by e2fsck.
  */
+#include "unit.h"
 #include <check.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -119,21 +120,13 @@ END_TEST
  */
 START_TEST(punch_at_fs_end)
 {
-	char img[] = "/tmp/rremap-test.XXXXXX", cmd[256];
+	char img[32], cmd[256];
 	struct rr_fs rfs = { 0 };
 	struct ext2_inode_large in;
-	ext2_filsys fs;
+	ext2_filsys fs = unit_image(img, "16M", "-b 1024");
 	ext2_ino_t ino;
 	blk64_t end;
-	int fd;
 
-	fd = mkstemp(img);
-	ck_assert_int_ge(fd, 0);
-	close(fd);
-	snprintf(cmd, sizeof(cmd), "truncate -s 16M %s && mke2fs -q -F -t ext4 -b 1024 %s", img, img);
-	ck_assert_int_eq(system(cmd), 0);
-	ck_assert_int_eq(ext2fs_open(img, EXT2_FLAG_RW | EXT2_FLAG_64BITS, 0, 0, unix_io_manager, &fs), 0);
-	ck_assert_int_eq(ext2fs_read_bitmaps(fs), 0);
 	rfs.fs = fs;
 	end = ext2fs_blocks_count(fs->super);
 	ck_assert(ext2fs_test_block_bitmap_range2(fs->block_map, end - 40, 40));	/* all free */
@@ -179,8 +172,6 @@ int main(void)
 {
 	Suite *s = suite_create("emap");
 	TCase *tc = tcase_create("cache");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, empty_is_hole);
@@ -193,9 +184,5 @@ int main(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, punch_at_fs_end);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return unit_run(s);
 }

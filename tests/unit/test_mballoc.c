@@ -5,6 +5,7 @@
  * frees == regenerating), the normalisation table with its caps, and the
  * tunables' validation.
  */
+#include "unit.h"
 #include <check.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -321,8 +322,6 @@ int main(void)
 {
 	Suite *s = suite_create("mballoc");
 	TCase *tc = tcase_create("pure");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_loop_test(tc, generate_equals_block_by_block, 0, 5);
 	tcase_add_test(tc, empty_group_counters);
@@ -333,9 +332,5 @@ int main(void)
 	tcase_add_test(tc, tunables_prealloc_kb);
 	tcase_add_test(tc, tunables_others);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return unit_run(s);
 }
