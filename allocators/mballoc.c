@@ -1067,6 +1067,8 @@ static void free_freed(struct rr_alloc *a, uint32_t g, uint64_t blk, uint32_t n)
 	pthread_mutex_lock(&grp->lock);
 	if (!grp->buddy) {
 		grp->free = ext2fs_bg_free_blocks_count(a->fs, g);
+		if (a->t.discard)
+			io_channel_discard(a->fs->io, blk, n);
 		pthread_mutex_unlock(&grp->lock);
 		return;
 	}
@@ -1079,6 +1081,14 @@ static void free_freed(struct rr_alloc *a, uint32_t g, uint64_t blk, uint32_t n)
 			continue;
 		}
 		twice += i < n;
+		/*
+		 * -o discard: before the buddy lets anyone have the run again.
+		 * There is no journal to wait for, so unlike the kernel this does
+		 * not wait for a commit: a crash may bring back a deleted file
+		 * with its contents discarded.
+		 */
+		if (run && a->t.discard)
+			io_channel_discard(a->fs->io, blk + i - run, run);
 		if (run && mb_buddy_free(grp->buddy, off + i - run, run))
 			mb_fail("freeing blocks that are free", g);
 		run = 0;

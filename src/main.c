@@ -32,6 +32,7 @@ struct cmdline {
 	int ro;
 	int norecovery;
 	int no_writeback;
+	int discard;
 	int check;
 	struct rr_alloc_tunables alloc;
 	char alloc_err[160];	/* the first bad allocator option, refused before the image is opened */
@@ -47,6 +48,8 @@ static const struct fuse_opt opt_spec[] = {
 	OPT("commit=%s", commit, 0),
 	OPT("errors=%s", errors, 0),
 	OPT("no_writeback_cache", no_writeback, 1),
+	OPT("discard", discard, 1),
+	OPT("nodiscard", discard, 0),
 	OPT("check", check, 1),
 	/* Allocator tunables: the kernel's sysfs names, validated by the allocator. */
 	FUSE_OPT_KEY("max_prealloc_kb=", KEY_ALLOC),
@@ -127,6 +130,7 @@ static void usage(const char *prog)
 	       "    -o errors=continue|remount-ro|panic\n"
 	       "                           what a filesystem error does (default: as the image says, tune2fs -e)\n"
 	       "    -o no_writeback_cache  do not use the kernel's writeback cache (default: use it)\n"
+	       "    -o discard, nodiscard  discard blocks as they are freed (default: nodiscard; fstrim works either way)\n"
 	       "    -o norecovery, noload  accepted for compatibility with ext4 (orphans are still finished)\n"
 	       "    -o check               debugging: verify cached block maps against disk, and the\n"
 	       "                           allocator's buddies against the bitmap, after every change\n"
@@ -217,6 +221,7 @@ int main(int argc, char *argv[])
 		goto out;
 	}
 	opts.alloc = c.alloc;
+	opts.alloc.discard = (unsigned int)c.discard;
 	opts.ro = c.ro;
 	opts.norecovery = c.norecovery;
 	opts.writeback = !c.no_writeback;

@@ -61,6 +61,7 @@ struct rr_alloc_tunables {
 	unsigned int mb_best_avail_max_trim_order;	/* 3 */
 	unsigned int mb_stats;			/* 0 */
 	unsigned int check;			/* 0 */
+	unsigned int discard;			/* -o discard: freed blocks are discarded at once */
 	char policy[16];			/* "regular" */
 };
 

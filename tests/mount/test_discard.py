@@ -61,3 +61,34 @@ def test_fstrim_needs_root(fs, as_user):
     r = as_user(["fstrim", fs.mnt])
     assert r.returncode != 0
     assert "not permitted" in r.stderr or "Permission denied" in r.stderr, r.stderr
+
+
+def write_and_remove(fs):
+    keep = pattern(2, 4 << 20)
+    with open(fs.path("keep"), "wb") as f:
+        f.write(keep)
+    with open(fs.path("gone"), "wb") as f:
+        for i in range(48):
+            f.write(pattern(200 + i, 1 << 20))
+        os.fsync(f.fileno())
+    os.sync()
+    full = allocated(fs.image)
+    os.unlink(fs.path("gone"))
+    conftest.syncfs(fs.mnt)
+    conftest.wait_for(lambda: allocated(fs.image) < full - (40 << 20), timeout=5)
+    with open(fs.path("keep"), "rb") as f:
+        assert f.read() == keep
+    return full, allocated(fs.image)
+
+
+@pytest.mark.image(size="256M")
+@pytest.mark.opts("discard")
+def test_online_discard(fs):
+    full, after = write_and_remove(fs)
+    assert after < full - (40 << 20), (full, after)
+
+
+@pytest.mark.image(size="256M")
+def test_no_discard_by_default(fs):
+    full, after = write_and_remove(fs)
+    assert after > full - (8 << 20), (full, after)
