@@ -162,6 +162,12 @@ int emap_ensure(struct rr_fs *rfs, struct rr_inode *ri)
 		return 0;
 	}
 	err = ext2fs_read_inode_full(rfs->fs, ri->ino, (struct ext2_inode *)&in, sizeof(in));
+	/*
+	 * Inline data is refused at mount, so the flag here is corruption; and
+	 * libext2fs would call the inode's blocks invalid, hiding its real map.
+	 */
+	if (!err && (in.i_flags & EXT4_INLINE_DATA_FL))
+		err = EXT2_ET_EXTENT_HEADER_BAD;
 	if (!err && ext2fs_inode_has_valid_blocks2(rfs->fs, (struct ext2_inode *)&in)) {
 		if (in.i_flags & EXT4_EXTENTS_FL)
 			err = load_extents(rfs->fs, ri->ino, &in, &m);
@@ -544,6 +550,8 @@ int emap_tree_punch(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *
 {
 	errcode_t err;
 
+	if (in->i_flags & EXT4_INLINE_DATA_FL)
+		return -EIO;	/* as in emap_ensure() */
 	if (!ext2fs_inode_has_valid_blocks2(rfs->fs, (struct ext2_inode *)in))
 		return 0;
 	err = punch_fs_last_block(rfs->fs, ino, in, first, last);

@@ -141,3 +141,30 @@ def test_corrupt_structures_give_eio(image):
 
     rc, after = fsck(image)
     assert problems(after) == planted, "\n".join(problems(after))
+
+
+def test_inline_data_flag_gives_eio(image):
+    """The inline-data flag on an extent file of an image without inline_data:
+    libext2fs would call its blocks invalid; the file must be EIO instead of
+    looking empty (a write would then graft a second map onto its tree)."""
+    m = Mount(image)
+    m.mount()
+    try:
+        make_fragmented(m.path("inline"), 40)
+    finally:
+        m.unmount()
+    debugfs(image, "sif /inline flags 0x10080000", write=True)
+    rc, planted = fsck(image)
+    assert rc == 4, planted
+    m = Mount(image)
+    m.mount()
+    try:
+        with open(m.path("inline"), "r+b") as f:
+            expect_bad(f.read)
+            f.seek(BS)
+            expect_bad(lambda: (f.write(b"y" * BS), f.flush(), os.fsync(f.fileno())))
+        m.unmount()
+    finally:
+        m.cleanup()
+    rc, after = fsck(image)
+    assert problems(after) == problems(planted), "\n".join(problems(after))
