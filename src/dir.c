@@ -37,17 +37,11 @@ static int check_name(const char *name)
 
 /*
  * chattr +i / +a on a directory, as the VFS's may_create/may_delete: nothing
- * enters an immutable directory, nothing leaves an append-only one.  Caller
- * holds the fs lock.
+ * enters an immutable directory, nothing leaves an append-only one.
  */
 static int dir_may_change(struct rr_fs *rfs, ext2_ino_t dir, int removing)
 {
-	struct ext2_inode_large in;
-	int ret = inode_load(rfs, dir, &in);
-
-	if (!ret && (in.i_flags & (removing ? RR_FL_GUARD : EXT2_IMMUTABLE_FL)))
-		ret = -EPERM;
-	return ret;
+	return (rr_iguard(rfs, dir) & (removing ? RR_FL_GUARD : EXT2_IMMUTABLE_FL)) ? -EPERM : 0;
 }
 
 /* An immutable or append-only inode is never unlinked, renamed or linked to. */

@@ -160,6 +160,24 @@ struct rr_inode *rr_ipin(struct rr_fs *rfs, ext2_ino_t ino)
 	return ri;
 }
 
+/*
+ * The chattr +i / +a flags of ino (RR_FL_GUARD bits), from its in-memory
+ * inode: the kernel holds every inode it sends a request about, so no disk
+ * read is needed.  Any lock context; the itab lock is a leaf.
+ */
+unsigned int rr_iguard(struct rr_fs *rfs, ext2_ino_t ino)
+{
+	struct rr_inode *ri;
+	unsigned int g = 0;
+
+	pthread_mutex_lock(&rfs->itab.lock);
+	ri = itab_find_locked(&rfs->itab, ino);
+	if (ri)
+		g = atomic_load(&ri->guard);
+	pthread_mutex_unlock(&rfs->itab.lock);
+	return g;
+}
+
 /* Bump the xattr generation of ino's in-memory inode, if there is one. */
 void rr_ixattr_changed(struct rr_fs *rfs, ext2_ino_t ino)
 {

@@ -52,19 +52,6 @@ static struct rr_inode *node(struct rr_fs *rfs, fuse_ino_t ino)
 	return ri;
 }
 
-/* The chattr +i / +a guard of an inode the kernel holds, or 0. */
-static unsigned int guard_of(struct rr_fs *rfs, fuse_ino_t ino)
-{
-	struct rr_inode *ri = rr_ipin(rfs, e2ino(ino));
-	unsigned int g = 0;
-
-	if (ri) {
-		g = atomic_load(&ri->guard);
-		rr_iunpin(rfs, ri);
-	}
-	return g;
-}
-
 static void cred_of(fuse_req_t req, struct rr_cred *cr)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
@@ -215,7 +202,7 @@ static void rr_setattr(fuse_req_t req, fuse_ino_t fino, struct stat *attr, int t
 	 * append-only one keeps its size, mode and owner.  Its mtime and ctime
 	 * may move: the writeback cache flushes them after appends.
 	 */
-	guard = guard_of(rfs, fino);
+	guard = rr_iguard(rfs, e2ino(fino));
 	if ((guard & EXT2_IMMUTABLE_FL) ||
 	    ((guard & EXT2_APPEND_FL) && (to_set & (FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_MODE |
 						    FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)))) {
@@ -724,7 +711,7 @@ static void rr_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 {
 	if (!check_rw(req))
 		return;
-	if (guard_of(rr_fs_of(req), ino))
+	if (rr_iguard(rr_fs_of(req), e2ino(ino)))
 		fuse_reply_err(req, EPERM);	/* as xattr_permission() */
 	else
 		fuse_reply_err(req, -xattr_set(rr_fs_of(req), e2ino(ino), name, value, size, flags));
@@ -771,7 +758,7 @@ static void rr_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
 	if (!check_rw(req))
 		return;
-	if (guard_of(rr_fs_of(req), ino))
+	if (rr_iguard(rr_fs_of(req), e2ino(ino)))
 		fuse_reply_err(req, EPERM);
 	else
 		fuse_reply_err(req, -xattr_remove(rr_fs_of(req), e2ino(ino), name));
@@ -782,6 +769,7 @@ static void rr_fallocate(fuse_req_t req, fuse_ino_t fino, int mode, off_t off, o
 {
 	struct rr_fs *rfs = rr_fs_of(req);
 	struct rr_inode *ri;
+	unsigned int guard;
 	int ret;
 
 	if (!check_rw(req))
@@ -791,9 +779,9 @@ static void rr_fallocate(fuse_req_t req, fuse_ino_t fino, int mode, off_t off, o
 		return;
 	}
 	ri = node(rfs, fino);
+	guard = ri ? atomic_load(&ri->guard) : 0;
 	/* As vfs_fallocate(): an append-only file may only grow. */
-	if (ri && ((atomic_load(&ri->guard) & EXT2_IMMUTABLE_FL) ||
-		   ((atomic_load(&ri->guard) & EXT2_APPEND_FL) && (mode & ~FALLOC_FL_KEEP_SIZE))))
+	if ((guard & EXT2_IMMUTABLE_FL) || ((guard & EXT2_APPEND_FL) && (mode & ~FALLOC_FL_KEEP_SIZE)))
 		ret = -EPERM;
 	else
 		ret = ri ? data_fallocate(rfs, ri, mode, (uint64_t)off, (uint64_t)len, fh_privileged(fi)) : -EIO;

@@ -147,6 +147,7 @@ struct rr_inode *rr_ifind(struct rr_fs *rfs, ext2_ino_t ino);
 struct rr_inode *rr_ipin(struct rr_fs *rfs, ext2_ino_t ino);
 void rr_iunpin(struct rr_fs *rfs, struct rr_inode *ri);
 void rr_ixattr_changed(struct rr_fs *rfs, ext2_ino_t ino);
+unsigned int rr_iguard(struct rr_fs *rfs, ext2_ino_t ino);
 void rr_iput(struct rr_fs *rfs, struct rr_inode *ri, uint64_t nlookup, int close);
 int inode_read(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in);
 int inode_load(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in);

@@ -55,6 +55,8 @@ def test_device_mounted_by_kernel_is_refused(loopdev):
         assert r.stderr.count("\n") == 1 and "in use" in r.stderr, r.stderr
     finally:
         subprocess.run(["umount", kmnt], check=True)
+    rc, out = fsck(dev)
+    assert rc == 0, out
 
 
 def test_device_held_by_another_rrfuse_is_refused(loopdev):

@@ -19,7 +19,9 @@ def allocated(path):
     return os.stat(path).st_blocks * 512
 
 
-def fill_and_trim(m, backing):
+def remove_big_file(m, backing):
+    """Write /keep and a 48 MiB /gone, delete /gone and sync; the backing
+    file's allocated bytes before the delete, and /keep's contents."""
     keep = pattern(1, 8 << 20)
     with open(m.path("keep"), "wb") as f:
         f.write(keep)
@@ -31,13 +33,22 @@ def fill_and_trim(m, backing):
     full = allocated(backing)
     os.unlink(m.path("gone"))
     conftest.syncfs(m.mnt)
+    return full, keep
+
+
+def assert_kept(m, keep):
+    with open(m.path("keep"), "rb") as f:
+        assert f.read() == keep
+
+
+def fill_and_trim(m, backing):
+    full, keep = remove_big_file(m, backing)
     r = subprocess.run(["fstrim", "-v", m.mnt], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "trimmed" in r.stdout, r.stdout
     os.sync()
     assert allocated(backing) < full - (40 << 20), (full, allocated(backing))
-    with open(m.path("keep"), "rb") as f:
-        assert f.read() == keep
+    assert_kept(m, keep)
 
 
 @pytest.mark.image(size="256M")
@@ -64,20 +75,9 @@ def test_fstrim_needs_root(fs, as_user):
 
 
 def write_and_remove(fs):
-    keep = pattern(2, 4 << 20)
-    with open(fs.path("keep"), "wb") as f:
-        f.write(keep)
-    with open(fs.path("gone"), "wb") as f:
-        for i in range(48):
-            f.write(pattern(200 + i, 1 << 20))
-        os.fsync(f.fileno())
-    os.sync()
-    full = allocated(fs.image)
-    os.unlink(fs.path("gone"))
-    conftest.syncfs(fs.mnt)
+    full, keep = remove_big_file(fs, fs.image)
     conftest.wait_for(lambda: allocated(fs.image) < full - (40 << 20), timeout=5)
-    with open(fs.path("keep"), "rb") as f:
-        assert f.read() == keep
+    assert_kept(fs, keep)
     return full, allocated(fs.image)
 
 

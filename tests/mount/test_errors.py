@@ -129,6 +129,8 @@ def test_panic(image, monkeypatch):
         m.cleanup()
     assert "errors" in sb_field(image, "Filesystem state")
     assert int(sb_field(image, "FS Error count")) >= 1
+    rc, out = fsck(image)       # nothing was changed before the error: clean
+    assert rc == 0, out
 
 
 def test_data_error_logged_once(image, monkeypatch):
