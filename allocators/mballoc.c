@@ -594,7 +594,7 @@ static int pa_use(struct rr_alloc *a, ext2_ino_t ino, uint64_t lblk, uint32_t le
  * share one group PA and sit next to each other.  FUSE worker threads come
  * and go, CPUs do not, so the number of groups stays bounded.
  */
-static uint32_t lg_slot(const struct rr_alloc *a)
+uint32_t mb_cpu_slot(const struct rr_alloc *a)
 {
 	int cpu = sched_getcpu();
 
@@ -845,6 +845,62 @@ int mb_find_by_goal(struct rr_alloc *a, struct mb_ac *ac)
 	return 1;
 }
 
+/*
+ * First fit by position, for the policies that place by address rather than
+ * by free-space shape: the first free run of at least need blocks at or
+ * after block from, going up through the groups and wrapping once round
+ * the device.  A group whose summary rules out such a run is passed over
+ * without loading it; a run found is cut to the goal length.
+ */
+int mb_first_fit(struct rr_alloc *a, struct mb_ac *ac, uint64_t from, uint32_t need)
+{
+	uint32_t g0, s0, i;
+
+	if (!valid_block(a, from))
+		from = a->first_data_block;
+	g0 = group_of(a, from);
+	s0 = (uint32_t)(from - group_first(a, g0));
+	for (i = 0; i <= a->ngroups; i++) {
+		uint32_t g = (g0 + i) % a->ngroups, lo = i ? 0 : s0, hi, pos, s, l;
+		struct mb_group *grp = &a->groups[g];
+		int k = grp->largest_order;
+
+		if (i == a->ngroups && !s0)
+			break;
+		/* No run of need blocks without a buddy chunk of order fls(need + 1) - 2. */
+		if (grp->free < need || (grp->buddy && (k < 0 || (k < (int)a->max_order &&
+								   (uint64_t)need + 1 >= (4ull << k)))))
+			continue;
+		if (!grp->buddy && mb_load_group(a, g))
+			continue;
+		pthread_mutex_lock(&grp->lock);
+		hi = i == a->ngroups ? s0 : grp->buddy->nblocks;
+		ac->groups_scanned++;
+		STAT_INC(a, groups_scanned);
+		for (pos = lo; pos < hi && !mb_buddy_next_run(grp->buddy, pos, &s, &l) && s < hi; pos = s + l) {
+			if (s + l > hi)
+				l = hi - s;
+			ac->found++;
+			STAT_INC(a, extents_scanned);
+			if (l >= need) {
+				ac->b_ex.group = g;
+				ac->b_ex.start = s;
+				ac->b_ex.len = l;
+				use_best(ac);
+				pthread_mutex_unlock(&grp->lock);
+				return 1;
+			}
+		}
+		pthread_mutex_unlock(&grp->lock);
+	}
+	return 0;
+}
+
+uint64_t mb_block_of(const struct rr_alloc *a, const struct mb_ext *ex)
+{
+	return group_first(a, ex->group) + ex->start;
+}
+
 /* ---- the allocation pipeline (kernel: ext4_mb_new_blocks) ---- */
 
 /* Blocks that ordinary (non-root) writers may still allocate. */
@@ -933,7 +989,7 @@ static void ac_use(struct rr_alloc *a, struct mb_ac *ac, int make_pa, struct rr_
 	if (ac->hints & MB_HINT_GROUP_ALLOC) {
 		/* The rest becomes the locality group's PA, replacing what was left of the last. */
 		struct mb_pa *old;
-		uint32_t slot = lg_slot(a);
+		uint32_t slot = mb_cpu_slot(a);
 
 		pa->lg = (int32_t)slot;
 		pa->pstart = p + out->len;
@@ -991,11 +1047,13 @@ static int mb_new_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, uin
 	if (file_data && pa_use(a, req->ino, req->lblk, len, out))
 		return 0;
 	small = file_data && group_alloc(a, req, len);
-	if (small && lg_use(a, lg_slot(a), len, out))
+	if (small && lg_use(a, mb_cpu_slot(a), len, out))
 		return 0;
 	ac_init(a, &ac, req, len);
 	if (req->flags & RR_ALLOC_DATA)
 		ac.hints |= MB_HINT_DATA;
+	if (file_data && (req->nbr.pleft || req->nbr.pright))
+		ac.hints |= MB_HINT_FILE_GOAL;
 	if (small) {
 		/* Kernel: GROUP_ALLOC requests are not normalised; they ask for mb_group_prealloc. */
 		ac.hints |= MB_HINT_GROUP_ALLOC;

@@ -116,6 +116,7 @@ struct mb_pa {
 #define MB_HINT_STREAM		0x08
 #define MB_HINT_NOPREALLOC	0x10
 #define MB_HINT_GROUP_ALLOC	0x20	/* a small file: from the locality group's PA */
+#define MB_HINT_FILE_GOAL	0x40	/* the goal follows the file's own blocks (not its inode's group) */
 
 enum mb_status { AC_CONTINUE, AC_FOUND, AC_BREAK };
 
@@ -214,5 +215,11 @@ void mb_scan_group(struct rr_alloc *a, struct mb_ac *ac, uint32_t g, enum mb_cr 
 int mb_find_by_goal(struct rr_alloc *a, struct mb_ac *ac);
 int mb_list_first(struct rr_alloc *a, int list, int order);
 int mb_list_next(struct rr_alloc *a, int list, uint32_t g);
+/* First free run of >= need blocks from block from on, wrapping; 1 = found (ac->b_ex, AC_FOUND). */
+int mb_first_fit(struct rr_alloc *a, struct mb_ac *ac, uint64_t from, uint32_t need);
+/* The filesystem block an extent starts at. */
+uint64_t mb_block_of(const struct rr_alloc *a, const struct mb_ext *ex);
+/* This CPU's slot among a->nlg (locality groups, per-CPU cursors). */
+uint32_t mb_cpu_slot(const struct rr_alloc *a);
 
 #endif

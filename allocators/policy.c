@@ -5,8 +5,14 @@
 #include <stdio.h>
 #include <string.h>
 
+#define MB_POLICY(name) extern const struct mb_policy mb_policy_##name;
+#include "policies.def"
+#undef MB_POLICY
+
 static const struct mb_policy *const mb_policies[] = {
-	&mb_policy_regular,
+#define MB_POLICY(name) &mb_policy_##name,
+#include "policies.def"
+#undef MB_POLICY
 };
 
 #define NPOLICIES (sizeof(mb_policies) / sizeof(mb_policies[0]))

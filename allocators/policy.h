@@ -7,8 +7,8 @@
  * mb_scan_group, mb_find_by_goal, the optimised-scan lists) until
  * ac->status is AC_FOUND, or gives up with ac->b_ex.len == 0.
  *
- * A policy is registered by one line in mb_policies[] (policy.c is that
- * table); issue 7's rralloc plugs in here the same way.  Calls come with
+ * A policy is one file, allocators/NAME.c defining mb_policy_NAME, and one
+ * line MB_POLICY(NAME) in allocators/policies.def.  Calls come with
  * the fs lock held (see mballoc.c), so init/fini and choose need no
  * locking of their own beyond what they add to the group state.
  */
@@ -27,6 +27,7 @@ struct mb_policy {
 	void (*choose)(struct rr_alloc *a, struct mb_ac *ac);
 };
 
+/* The others fall back on it for metadata. */
 extern const struct mb_policy mb_policy_regular;
 
 const struct mb_policy *mb_policy_find(const char *name);

@@ -335,18 +335,38 @@ void emap_alloc_hint(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk, stru
 	}
 }
 
+/* The extent after the handle's current one in the same leaf (the handle moves to it), or 0. */
+static int next_in_leaf(ext2_extent_handle_t h, struct ext2fs_extent *out)
+{
+	struct ext2_extent_info info;
+
+	if (ext2fs_extent_get_info(h, &info) || info.curr_entry >= info.num_entries)
+		return 0;
+	return !ext2fs_extent_get(h, EXT2_EXTENT_NEXT_SIB, out);
+}
+
+static int joins(const struct ext2fs_extent *a, const struct ext2fs_extent *b, uint32_t max)
+{
+	return a->e_lblk + a->e_len == b->e_lblk && a->e_pblk + a->e_len == b->e_pblk &&
+	       (a->e_flags & EXT2_EXTENT_FLAGS_UNINIT) == (b->e_flags & EXT2_EXTENT_FLAGS_UNINIT) &&
+	       (uint64_t)a->e_len + b->e_len <= max;
+}
+
 /*
- * Insert one extent of at most the maximum length into the tree.  The
- * handle ends on the new extent.
+ * Insert one extent of at most the maximum length into the tree, merged
+ * with the extent before and/or after it in the leaf when they are
+ * contiguous, as the kernel's ext4_ext_try_to_merge does: parallel writes
+ * of one stream arrive out of order, and without the merge a file written
+ * in one go would keep one extent per write.
  */
 static errcode_t tree_insert_one(ext2_extent_handle_t h, uint64_t lblk, uint64_t pblk, uint32_t len,
 				 int uninit)
 {
-	struct ext2fs_extent cur, nx = { .e_pblk = pblk, .e_lblk = lblk, .e_len = len,
-					 .e_flags = uninit ? EXT2_EXTENT_FLAGS_UNINIT : 0 };
+	struct ext2fs_extent cur, right, nx = { .e_pblk = pblk, .e_lblk = lblk, .e_len = len,
+						.e_flags = uninit ? EXT2_EXTENT_FLAGS_UNINIT : 0 };
 	uint32_t max = uninit ? EXT_UNINIT_MAX_LEN : EXT_INIT_MAX_LEN;
+	int flags = 0, left = 0, have_right = 0;
 	errcode_t err;
-	int flags = 0;
 
 	err = ext2fs_extent_goto(h, lblk);
 	if (!err)
@@ -354,21 +374,45 @@ static errcode_t tree_insert_one(ext2_extent_handle_t h, uint64_t lblk, uint64_t
 	if (err != EXT2_ET_EXTENT_NOT_FOUND)
 		return err;
 	err = ext2fs_extent_get(h, EXT2_EXTENT_CURRENT, &cur);
-	if (err == 0) {
-		if (cur.e_lblk + cur.e_len == lblk && cur.e_pblk + cur.e_len == pblk &&
-		    (cur.e_flags & EXT2_EXTENT_FLAGS_UNINIT) == nx.e_flags && cur.e_len + len <= max) {
-			/* Contiguous with the extent before it: grow that one. */
-			cur.e_len += len;
-			err = ext2fs_extent_replace(h, 0, &cur);
-			return err ? err : ext2fs_extent_fix_parents(h);
-		}
-		if (cur.e_lblk < lblk)
-			flags = EXT2_EXTENT_INSERT_AFTER;
-	} else if (err != EXT2_ET_NO_CURRENT_NODE) {
+	if (err == EXT2_ET_NO_CURRENT_NODE)
+		return ext2fs_extent_insert(h, 0, &nx) ?: ext2fs_extent_fix_parents(h);
+	if (err)
 		return err;
+	if (cur.e_lblk > lblk) {
+		right = cur;		/* before the leaf's first extent */
+		have_right = 1;
+	} else {
+		left = joins(&cur, &nx, max);
+		have_right = next_in_leaf(h, &right);
 	}
-	err = ext2fs_extent_insert(h, flags, &nx);
-	return err ? err : ext2fs_extent_fix_parents(h);
+	if (have_right && joins(&nx, &right, max)) {
+		if (left && (uint64_t)cur.e_len + len + right.e_len <= max) {
+			/* Both sides: the left one swallows the new run and the right extent. */
+			err = ext2fs_extent_delete(h, 0) ?: ext2fs_extent_goto(h, cur.e_lblk);
+			cur.e_len += len + right.e_len;
+			return err ?: ext2fs_extent_replace(h, 0, &cur) ?: ext2fs_extent_fix_parents(h);
+		}
+		if (!left) {
+			/* The right one grows down to the new run (the handle is on it). */
+			right.e_lblk = lblk;
+			right.e_pblk = pblk;
+			right.e_len += len;
+			return ext2fs_extent_replace(h, 0, &right) ?: ext2fs_extent_fix_parents(h);
+		}
+	}
+	if (left) {
+		err = have_right ? ext2fs_extent_goto(h, cur.e_lblk) : 0;
+		cur.e_len += len;
+		return err ?: ext2fs_extent_replace(h, 0, &cur) ?: ext2fs_extent_fix_parents(h);
+	}
+	if (have_right && cur.e_lblk < lblk) {
+		err = ext2fs_extent_goto(h, cur.e_lblk);
+		if (err)
+			return err;
+	}
+	if (cur.e_lblk < lblk)
+		flags = EXT2_EXTENT_INSERT_AFTER;
+	return ext2fs_extent_insert(h, flags, &nx) ?: ext2fs_extent_fix_parents(h);
 }
 
 static errcode_t tree_insert(ext2_extent_handle_t h, uint64_t lblk, uint64_t pblk, uint32_t len,

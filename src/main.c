@@ -41,7 +41,7 @@ struct cmdline {
 	int version;
 };
 
-enum { KEY_RO, KEY_NORECOVERY, KEY_HELP, KEY_VERSION, KEY_ALLOC };
+enum { KEY_RO, KEY_NORECOVERY, KEY_HELP, KEY_VERSION, KEY_ALLOC, KEY_RRALLOC };
 
 #define OPT(t, p, v) { t, offsetof(struct cmdline, p), v }
 static const struct fuse_opt opt_spec[] = {
@@ -64,6 +64,7 @@ static const struct fuse_opt opt_spec[] = {
 	FUSE_OPT_KEY("mb_best_avail_max_trim_order=", KEY_ALLOC),
 	FUSE_OPT_KEY("mb_stats=", KEY_ALLOC),
 	FUSE_OPT_KEY("allocator=", KEY_ALLOC),
+	FUSE_OPT_KEY("rralloc", KEY_RRALLOC),	/* the rralloc patch's mount option */
 	FUSE_OPT_KEY("ro", KEY_RO),
 	FUSE_OPT_KEY("norecovery", KEY_NORECOVERY),
 	FUSE_OPT_KEY("noload", KEY_NORECOVERY),
@@ -100,6 +101,9 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 	case KEY_VERSION:
 		c->version = 1;
 		return 0;
+	case KEY_RRALLOC:
+		arg = "allocator=rralloc";
+		/* fall through */
 	case KEY_ALLOC: {
 		char name[64], err[sizeof(c->alloc_err)];
 		const char *eq = strchr(arg, '=');
@@ -140,7 +144,9 @@ static void usage(const char *prog)
 	       "       mb_order2_req=N, mb_max_linear_groups=N, mb_optimize_scan=0|1,\n"
 	       "       mb_best_avail_max_trim_order=N, mb_stats=0|1\n"
 	       "                           the kernel's mballoc tunables, with its defaults\n"
-	       "    -o allocator=NAME      allocation policy (default regular)\n"
+	       "    -o allocator=NAME      allocation policy: regular (the kernel's, default), rralloc\n"
+	       "                           (round-robin over the device), firstfit (lowest address first)\n"
+	       "    -o rralloc             the same as allocator=rralloc\n"
 	       "    -f                     stay in the foreground\n"
 	       "    -d                     debug: foreground, print every request\n"
 	       "    -s                     single-threaded\n"
