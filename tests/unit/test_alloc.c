@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sched.h>
 
 #include "rrfuse/alloc.h"
 #include "../../allocators/mballoc.h"
@@ -306,6 +307,109 @@ START_TEST(criteria)
 }
 END_TEST
 
+/* Reopen with 8 groups of 2048 blocks and the named policy; stay on one CPU (one cursor). */
+static void reattach_policy(const char *policy)
+{
+	struct rr_alloc_tunables t;
+	char err[128];
+	cpu_set_t cpus;
+
+	CPU_ZERO(&cpus);
+	CPU_SET(sched_getcpu() > 0 ? sched_getcpu() : 0, &cpus);
+	ck_assert_int_eq(sched_setaffinity(0, sizeof(cpus), &cpus), 0);
+
+	rr_alloc_detach(a);
+	ext2fs_close_free(&fs);
+	unlink(img);
+	fs = unit_image(img, "64M", "-b 4096 -g 2048");
+	rr_alloc_tunables_default(&t);
+	t.check = 1;
+	ck_assert_int_eq(rr_alloc_tunable_set(&t, "allocator", policy, err, sizeof(err)), 0);
+	ck_assert_int_eq(rr_alloc_attach(fs, &t, &a), 0);
+}
+
+/*
+ * Write-and-delete cycles of new 1 MiB files through 1.25x the device:
+ * returns the groups allocated from (a bit mask) and, in *first, the
+ * lowest block any file got.
+ */
+static uint32_t cycles(uint64_t *first, uint64_t *last_start)
+{
+	uint64_t total = ext2fs_blocks_count(fs->super), done = 0;
+	uint32_t groups = 0;
+	ext2_ino_t ino = 100;
+
+	*first = UINT64_MAX;
+	while (done < total * 5 / 4) {
+		struct rr_alloc_req req = { .ino = ++ino, .len = 256, .flags = RR_ALLOC_DATA,
+					    .goal = ext2fs_group_first_block2(fs, 0) };
+		struct rr_extent ex;
+
+		req.isize = 1 << 20;
+		ck_assert_int_eq(rr_alloc_blocks(a, &req, &ex), 0);
+		ck_assert_uint_eq(ex.len, 256);
+		groups |= 1u << ext2fs_group_of_blk2(fs, ex.pblk);
+		groups |= 1u << ext2fs_group_of_blk2(fs, ex.pblk + ex.len - 1);
+		if (ex.pblk < *first)
+			*first = ex.pblk;
+		*last_start = ex.pblk;
+		/* Delete: preallocations first, then the blocks. */
+		rr_alloc_discard_inode(a, ino);
+		rr_free_blocks(a, ex.pblk, ex.len);
+		done += ex.len;
+	}
+	return groups;
+}
+
+START_TEST(policies_spread_or_not)
+{
+	uint64_t first_rr, first_ff, last_ff, last;
+	uint32_t rr, ff, reg;
+
+	reattach_policy("rralloc");
+	ck_assert_uint_eq(fs->group_desc_count, 8);
+	rr = cycles(&first_rr, &last);
+	reattach_policy("firstfit");
+	ff = cycles(&first_ff, &last_ff);
+	reattach_policy("regular");
+	reg = cycles(&first_rr, &last);
+	/* rralloc: every group; firstfit: the same lowest place every time; regular: few. */
+	ck_assert_uint_eq(rr, 0xff);
+	ck_assert_uint_eq(first_ff, last_ff);
+	ck_assert_uint_eq(__builtin_popcount(ff), 1);
+	ck_assert_uint_le(__builtin_popcount(reg), 2);
+}
+END_TEST
+
+START_TEST(rralloc_stream_follows_file)
+{
+	struct rr_alloc_req ra = { .ino = 30, .len = 64, .flags = RR_ALLOC_DATA, .isize = 64 << 12 };
+	struct rr_alloc_req rb = ra;
+	struct rr_extent exa, exb, ex2;
+
+	reattach_policy("rralloc");
+	rb.ino = 31;
+	ck_assert_int_eq(rr_alloc_blocks(a, &ra, &exa), 0);
+	ck_assert_int_eq(rr_alloc_blocks(a, &rb, &exb), 0);
+	/* New files follow each other at the cursor, which is now past b. */
+	ck_assert_uint_eq(exb.pblk, exa.pblk + 64);
+	rr_alloc_discard_inode(a, 31);
+	rr_free_blocks(a, exb.pblk, exb.len);
+	/* a's next blocks go where its stream continues (b's old place), not to the cursor. */
+	ra.lblk = 64;
+	ra.isize = 128 << 12;
+	ra.nbr.lleft = 63;
+	ra.nbr.pleft = exa.pblk + 63;
+	ra.goal = exa.pblk + 64;
+	ck_assert_int_eq(rr_alloc_blocks(a, &ra, &ex2), 0);
+	ck_assert_uint_eq(ex2.pblk, exa.pblk + 64);
+	/* While a new file still goes to the cursor, past where b was. */
+	rb.ino = 32;
+	ck_assert_int_eq(rr_alloc_blocks(a, &rb, &exb), 0);
+	ck_assert_uint_ge(exb.pblk, exa.pblk + 128);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("alloc");
@@ -320,6 +424,8 @@ int main(void)
 	tcase_add_test(tc, enospc_discards_and_retries);
 	tcase_add_test(tc, criteria);
 	tcase_add_test(tc, locality_group);
+	tcase_add_test(tc, policies_spread_or_not);
+	tcase_add_test(tc, rralloc_stream_follows_file);
 	suite_add_tcase(s, tc);
 	return unit_run(s);
 }
