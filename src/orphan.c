@@ -523,6 +523,7 @@ void orphan_commit(struct rr_fs *rfs)
 struct cleanup {
 	ext2fs_inode_bitmap seen;	/* each inode is finished once: cuts loops */
 	unsigned int deleted, truncated;
+	struct rr_progress progress;	/* deleting many big files can take minutes */
 };
 
 /*
@@ -562,7 +563,7 @@ static int finish_one(struct rr_fs *rfs, struct cleanup *c, ext2_ino_t ino, int 
 		ret = inode_free_if_unlinked(rfs, ino);
 		if (!ret && !tracked(rfs, ino))
 			c->deleted++;
-		return ret;
+		goto out;
 	}
 	rr_fs_lock(rfs);
 	ri = rr_iget(rfs, ino);
@@ -576,6 +577,13 @@ static int finish_one(struct rr_fs *rfs, struct cleanup *c, ext2_ino_t ino, int 
 		ret = orphan_truncate_done(rfs, ino);
 	if (!ret)
 		c->truncated++;
+out:
+	{
+		char detail[64];
+
+		snprintf(detail, sizeof(detail), "%u deleted, %u truncated", c->deleted, c->truncated);
+		rr_progress_step(&c->progress, c->deleted + c->truncated, detail);
+	}
 	return ret;
 }
 
@@ -703,8 +711,11 @@ void orphan_cleanup(struct rr_fs *rfs)
 		rr_log(LOG_ERR, "orphan cleanup: out of memory: orphans left for e2fsck");
 		return;
 	}
+	/* The orphan file's count is known; the legacy list's length is not. */
+	rr_progress_begin(&c.progress, "orphan cleanup", fs->super->s_last_orphan ? 0 : rfs->orphans.of_used);
 	cleanup_list(rfs, &c);
 	cleanup_file(rfs, &c);
+	rr_progress_end(&c.progress, c.deleted + c.truncated);
 	ext2fs_free_inode_bitmap(c.seen);
 	if (c.deleted)
 		rr_log(LOG_NOTICE, "%u orphan inode%s deleted", c.deleted, c.deleted == 1 ? "" : "s");

@@ -13,10 +13,13 @@
 
 #include <errno.h>
 
+#include "log.h"
+
 int rr_trim(struct rr_fs *rfs, uint64_t start, uint64_t len, uint64_t minlen, uint64_t *trimmed)
 {
 	ext2_filsys fs = rfs->fs;
 	uint64_t first = start >> rfs->bbits, last, minblk = minlen >> rfs->bbits, end;
+	struct rr_progress progress;
 	dgrp_t g;
 	int ret = 0;
 
@@ -32,6 +35,8 @@ int rr_trim(struct rr_fs *rfs, uint64_t start, uint64_t len, uint64_t minlen, ui
 		first = fs->super->s_first_data_block;
 	if (!minblk)
 		minblk = 1;
+	rr_progress_begin(&progress, "fstrim: block groups", ext2fs_group_of_blk2(fs, last) -
+			  ext2fs_group_of_blk2(fs, first) + 1);
 	for (g = ext2fs_group_of_blk2(fs, first); !ret && g <= ext2fs_group_of_blk2(fs, last); g++) {
 		blk64_t b = ext2fs_group_first_block2(fs, g), e = ext2fs_group_last_block2(fs, g);
 
@@ -58,6 +63,8 @@ int rr_trim(struct rr_fs *rfs, uint64_t start, uint64_t len, uint64_t minlen, ui
 			b = used;
 		}
 		rr_fs_unlock(rfs);
+		rr_progress_step(&progress, g - ext2fs_group_of_blk2(fs, first) + 1, NULL);
 	}
+	rr_progress_end(&progress, g - ext2fs_group_of_blk2(fs, first));
 	return ret;
 }

@@ -51,9 +51,13 @@ def fill_and_trim(m, backing):
     assert_kept(m, keep)
 
 
-@pytest.mark.image(size="256M")
-def test_fstrim_image_file(fs):
-    fill_and_trim(fs, fs.image)
+def test_fstrim_image_file(mount_factory, monkeypatch):
+    # With the progress interval at 0, the foreground daemon reports every group.
+    monkeypatch.setenv("RRFUSE_PROGRESS_MS", "0")
+    m = mount_factory(size="256M", mkfs_args=["-g", "8192"])
+    fill_and_trim(m, m.image)
+    assert "fstrim: block groups: 1 of 8 (12%)" in m.daemon_log, m.daemon_log
+    assert "fstrim: block groups: 8 done in" in m.daemon_log, m.daemon_log
 
 
 def test_fstrim_loop_device(loopdev):

@@ -267,7 +267,7 @@ def test_sigkill_then_next_mount_frees(mount_factory, mkfs):
     assert os.listdir(m.mnt) == ["lost+found"]
 
 
-def test_sigkill_with_many_orphans(mount_factory):
+def test_sigkill_with_many_orphans(mount_factory, monkeypatch):
     m = mount_factory()
     with open(m.path("keep"), "wb") as f:
         f.write(pattern("keep", 300000))
@@ -284,8 +284,13 @@ def test_sigkill_with_many_orphans(mount_factory):
             pass
     assert len(listed(m.image)) == 13
     kernel_finishes(m.image, os.path.dirname(m.image))
+    # Progress lines in the foreground: at every step with the interval at 0.
+    monkeypatch.setenv("RRFUSE_PROGRESS_MS", "0")
     m.mount()
     assert "13 orphan inodes deleted" in m.daemon_log
+    steps = re.findall(r"orphan cleanup: (\d+) so far, (\d+) deleted", m.daemon_log)
+    assert [int(n) for n, _ in steps] == list(range(1, 14)), m.daemon_log
+    assert "orphan cleanup: 13 done in" in m.daemon_log
     assert sorted(os.listdir(m.mnt)) == ["keep", "lost+found"]
     with open(m.path("keep"), "rb") as f:
         assert f.read() == pattern("keep", 300000)
