@@ -365,6 +365,12 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 	rfs->fd = io_fd(fs->io);
 	rfs->bsize = fs->blocksize;
 	rfs->bbits = (unsigned int)(__builtin_ctz(fs->blocksize));
+	ret = io_set_direct(fs->io, rfs->opts.direct, msg, msglen);
+	if (ret) {
+		ext2fs_close_free(&fs);
+		rfs->fs = NULL;
+		return ret;
+	}
 	rfs->orig_state = fs->super->s_state;
 	if (!(fs->super->s_state & EXT2_VALID_FS))
 		rr_log(LOG_WARNING, "warning: mounting unchecked fs, running e2fsck is recommended");

@@ -24,4 +24,19 @@ int io_pwritev_all(int fd, struct iovec *iov, int iovcnt, uint64_t off);
 int io_pwrite_all(int fd, const void *buf, size_t len, uint64_t off);
 int io_flush(int fd);
 
+/*
+ * The data path's transfers.  With direct I/O on (io_set_direct: mode 1 on,
+ * 0 off, -1 on for block devices only) a transfer whose offset and length
+ * are aligned goes through an O_DIRECT descriptor, so file data is not
+ * cached a second time in the device's page cache under the kernel's FUSE
+ * cache, and reaches the device when written; anything else takes the
+ * buffered descriptor.  The kernel keeps the two coherent (a direct
+ * transfer writes back and drops cached pages of its range first).
+ */
+int io_set_direct(io_channel ch, int mode, char *msg, size_t msglen);
+int io_direct_align(io_channel ch);	/* 0 when off */
+int io_data_read(io_channel ch, void *buf, size_t len, uint64_t off);
+int io_data_writev(io_channel ch, struct iovec *iov, int iovcnt, uint64_t off);
+int io_data_write(io_channel ch, const void *buf, size_t len, uint64_t off);
+
 #endif

@@ -33,6 +33,7 @@ struct cmdline {
 	int norecovery;
 	int no_writeback;
 	int discard;
+	int direct;
 	int check;
 	struct rr_alloc_tunables alloc;
 	char alloc_err[160];	/* the first bad allocator option, refused before the image is opened */
@@ -50,6 +51,8 @@ static const struct fuse_opt opt_spec[] = {
 	OPT("no_writeback_cache", no_writeback, 1),
 	OPT("discard", discard, 1),
 	OPT("nodiscard", discard, 0),
+	OPT("direct", direct, 1),
+	OPT("nodirect", direct, 0),
 	OPT("check", check, 1),
 	/* Allocator tunables: the kernel's sysfs names, validated by the allocator. */
 	FUSE_OPT_KEY("max_prealloc_kb=", KEY_ALLOC),
@@ -135,6 +138,8 @@ static void usage(const char *prog)
 	       "                           what a filesystem error does (default: as the image says, tune2fs -e)\n"
 	       "    -o no_writeback_cache  do not use the kernel's writeback cache (default: use it)\n"
 	       "    -o discard, nodiscard  discard blocks as they are freed (default: nodiscard; fstrim works either way)\n"
+	       "    -o direct, nodirect    file data to and from the device with O_DIRECT, not through its\n"
+	       "                           page cache (default: direct on block devices, nodirect on image files)\n"
 	       "    -o norecovery, noload  accepted for compatibility with ext4 (orphans are still finished)\n"
 	       "    -o check               debugging: verify cached block maps against disk, and the\n"
 	       "                           allocator's buddies against the bitmap, after every change\n"
@@ -176,7 +181,7 @@ int main(int argc, char *argv[])
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct fuse_cmdline_opts fo = { 0 };
-	struct cmdline c = { 0 };
+	struct cmdline c = { .direct = -1 };
 	struct rr_opts opts = { .commit_secs = 5, .writeback = 1 };
 	struct fuse_session *se = NULL;
 	struct rr_fs *rfs = NULL;
@@ -231,6 +236,7 @@ int main(int argc, char *argv[])
 	opts.ro = c.ro;
 	opts.norecovery = c.norecovery;
 	opts.writeback = !c.no_writeback;
+	opts.direct = c.direct;
 	opts.check = c.check;
 	opts.debug = fo.debug;
 

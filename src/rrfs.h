@@ -85,6 +85,7 @@ struct rr_opts {
 	int ro;
 	int norecovery;
 	int writeback;		/* kernel writeback cache */
+	int direct;		/* O_DIRECT data transfers: 1, 0, -1 = on block devices */
 	int debug;
 	int check;		/* -o check: verify in-memory state against disk after changes */
 	int errors;		/* errors=: EXT2_ERRORS_*, 0 = as the superblock says */

@@ -4,6 +4,7 @@ exclusive use: a device the kernel has mounted, or another rrfuse holds,
 is refused with a message naming the problem, and nothing is written."""
 import hashlib
 import os
+import re
 import subprocess
 
 import pytest
@@ -78,3 +79,92 @@ def test_device_held_by_another_rrfuse_is_refused(loopdev):
         m.cleanup()
     rc, out = fsck(dev)
     assert rc == 0, out
+
+
+O_DIRECT = 0o40000
+
+
+def direct_fds(m, target):
+    """Flags of the daemon's descriptors open on target: how many have O_DIRECT, how many not."""
+    d, nd = 0, 0
+    real = os.path.realpath(target)
+    for fd in os.listdir("/proc/%d/fd" % m.proc.pid):
+        try:
+            if os.readlink("/proc/%d/fd/%s" % (m.proc.pid, fd)) != real:
+                continue
+            with open("/proc/%d/fdinfo/%s" % (m.proc.pid, fd)) as f:
+                flags = int(re.search(r"flags:\s*(\d+)", f.read()).group(1), 8)
+        except FileNotFoundError:
+            continue
+        if flags & O_DIRECT:
+            d += 1
+        else:
+            nd += 1
+    return d, nd
+
+
+def mixed_io(m):
+    """Aligned and unaligned writes and reads, checked against a copy in memory."""
+    ref = bytearray(pattern(7, 6 << 20))
+    with open(m.path("mix"), "wb") as f:
+        f.write(ref)
+    fd = os.open(m.path("mix"), os.O_RDWR)
+    try:
+        for i, (off, n) in enumerate([(0, 4096), (511, 1000), (4096 * 3 + 17, 70000),
+                                      (1 << 20, 1 << 20), ((5 << 20) - 3, 9000),
+                                      (123457, 4096 * 5)]):
+            data = pattern(100 + i, n)
+            os.pwrite(fd, data, off)
+            end = off + n
+            if end > len(ref):
+                ref.extend(b"\0" * (end - len(ref)))
+            ref[off:end] = data
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    subprocess.run(["sh", "-c", "echo 3 > /proc/sys/vm/drop_caches"], check=True)
+    with open(m.path("mix"), "rb") as f:
+        assert f.read() == bytes(ref)
+    # Unaligned reads through the FUSE cache's misses too.
+    fd = os.open(m.path("mix"), os.O_RDONLY)
+    try:
+        for off, n in [(3, 5000), (4095, 2), (1 << 20, 131072)]:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            assert os.pread(fd, n, off) == bytes(ref[off:off + n])
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("loopdev", [512, 4096], indirect=True)
+def test_direct_io_on_devices(loopdev):
+    """A block device's file data goes through an O_DIRECT descriptor by default,
+    bounced through aligned buffers; metadata through the buffered one."""
+    dev, image = loopdev
+    m = Mount(dev, mnt=os.path.join(os.path.dirname(image), "mnt"))
+    m.mount()
+    try:
+        assert direct_fds(m, dev) == (1, 1)
+        mixed_io(m)
+        check_mount(m)          # unmount, e2fsck -fn, kernel read-back
+    finally:
+        m.cleanup()
+
+
+def test_nodirect_on_devices(loopdev):
+    dev, image = loopdev
+    m = Mount(dev, mnt=os.path.join(os.path.dirname(image), "mnt"), opts="nodirect")
+    m.mount()
+    try:
+        assert direct_fds(m, dev) == (0, 1)
+        mixed_io(m)
+        check_mount(m)
+    finally:
+        m.cleanup()
+
+
+@pytest.mark.parametrize("opts,want", [("", (0, 1)), ("direct", (1, 1))])
+def test_direct_io_on_image_files(mount_factory, opts, want):
+    """Image files stay buffered unless -o direct asks (where the host filesystem allows)."""
+    m = mount_factory(opts=opts)
+    assert direct_fds(m, m.image) == want
+    mixed_io(m)
