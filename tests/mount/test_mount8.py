@@ -56,6 +56,12 @@ def daemon_gone(image):
     return subprocess.run(["pgrep", "-f", image], stdout=subprocess.DEVNULL).returncode != 0
 
 
+def daemon_args(image):
+    """The running daemon's command line (as mount.fuse3 built it)."""
+    r = subprocess.run(["pgrep", "-a", "-f", "rrfuse " + image], capture_output=True, text=True)
+    return r.stdout
+
+
 def use_and_unmount(image, mnt):
     with open(os.path.join(mnt, "f"), "w") as f:
         f.write("through mount(8)\n")
@@ -71,9 +77,11 @@ def use_and_unmount(image, mnt):
 def test_mount_t_fuse_rrfuse(env):
     image, mnt = env
     r = subprocess.run(["mount", "-t", "fuse.rrfuse", image, mnt,
-                        "-o", "rw,noatime,nodev,nosuid,commit=10"],
+                        "-o", "rw,noatime,nodev,nosuid,commit=10,rralloc,max_prealloc_kb=32768"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
+    args = daemon_args(image)
+    assert "rralloc" in args and "max_prealloc_kb=32768" in args, args
     t = mount_entry(mnt)
     assert t and t[0] == image and t[2] == "fuse.rrfuse", t
     assert {"rw", "noatime", "nodev", "nosuid"} <= set(t[3].split(",")), t
@@ -84,7 +92,8 @@ def test_fstab_line(env):
     image, mnt = env
     fstab = os.path.join(os.path.dirname(image), "fstab")
     with open(fstab, "w") as f:
-        f.write("%s %s fuse.rrfuse rw,noatime,commit=10 0 0\n" % (image, mnt))
+        f.write("%s %s fuse.rrfuse rw,noatime,commit=10,rralloc,max_prealloc_kb=32768 0 0\n"
+                % (image, mnt))
     r = subprocess.run(["mount", "--fstab", fstab, mnt], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stderr
