@@ -649,6 +649,23 @@ def check_mount(m, kernel_cross_check=True):
 
 # ----------------------------------------------------------------- fixtures
 
+def run_mounted(image, workload, opts="", kernel=False):
+    """Mount, run workload(mnt), unmount (daemon exit 0), e2fsck -fn clean;
+    returns what workload returned."""
+    m = Mount(image, opts=opts, kernel=kernel)
+    m.mount()
+    try:
+        ret = workload(m.mnt)
+        if not kernel:
+            assert m.daemon_alive(), m.daemon_log
+        m.unmount()
+    finally:
+        m.cleanup()
+    rc, out = fsck(image)
+    assert rc == 0, out
+    return ret
+
+
 @pytest.fixture
 def fs(request):
     require_mount_backend()

