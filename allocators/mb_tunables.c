@@ -2,8 +2,8 @@
 /*
  * The allocator's tunables: names, defaults and validation in one place.
  * Names and defaults are the kernel's (/sys/fs/ext4/DEV/mb_*); each is a
- * mount option today and will be live-tunable (issue 7) through the same
- * rr_alloc_tunable_set().
+ * mount option and live-tunable with rrctl (rr_alloc_set in mb_ctl.c),
+ * both through the same rr_alloc_tunable_set().
  */
 #include "mballoc.h"
 #include "policy.h"
@@ -71,6 +71,36 @@ static const struct tunable *lookup(const char *name)
 int rr_alloc_is_tunable(const char *name)
 {
 	return lookup(name) != NULL;
+}
+
+/* The index'th name, aliases left out (rrctl's listing); NULL past the last. */
+const char *rr_alloc_tunable_name(unsigned int i)
+{
+	size_t k, n = 0;
+
+	for (k = 0; k < sizeof(tunables) / sizeof(tunables[0]); k++) {
+		if (!strcmp(tunables[k].name, "max_prealloc_kb"))
+			continue;
+		if (n++ == i)
+			return tunables[k].name;
+	}
+	return NULL;
+}
+
+int rr_alloc_tunable_get(const struct rr_alloc_tunables *t, const char *name, char *buf, size_t len,
+			 char *err, size_t errlen)
+{
+	const struct tunable *d = lookup(name);
+
+	if (!d) {
+		snprintf(err, errlen, "unknown allocator tunable '%s'", name);
+		return -ENOENT;
+	}
+	if (d->kind == T_POLICY)
+		snprintf(buf, len, "%s", t->policy);
+	else
+		snprintf(buf, len, "%u", *(const unsigned int *)((const char *)t + d->off));
+	return 0;
 }
 
 /* Decimal (or 0x hex, as kstrtouint with base 0 takes) unsigned int, nothing else. */

@@ -58,6 +58,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
+#include <time.h>
 #include <unistd.h>
 
 #define STAT_INC(a, f) do { if ((a)->t.mb_stats) atomic_fetch_add(&(a)->stats.f, 1); } while (0)
@@ -202,6 +203,7 @@ static uint8_t *group_bitmap(struct rr_alloc *a, uint32_t g, int with_pa)
 static int group_load_locked(struct rr_alloc *a, uint32_t g)
 {
 	struct mb_group *grp = &a->groups[g];
+	struct timespec t0 = { 0 }, t1;
 	struct mb_buddy *b;
 	uint8_t *map;
 
@@ -212,6 +214,8 @@ static int group_load_locked(struct rr_alloc *a, uint32_t g)
 		free(b);
 		return -ENOMEM;
 	}
+	if (a->t.mb_stats)
+		clock_gettime(CLOCK_MONOTONIC, &t0);
 	map = group_bitmap(a, g, 1);
 	if (!map) {
 		mb_buddy_destroy(b);
@@ -220,6 +224,12 @@ static int group_load_locked(struct rr_alloc *a, uint32_t g)
 	}
 	mb_buddy_generate(b, map);
 	free(map);
+	if (a->t.mb_stats) {
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		/* Kernel: s_mb_generation_time, nanoseconds spent building buddies. */
+		STAT_ADD(a, buddies_time_ns, (unsigned long)((t1.tv_sec - t0.tv_sec) * 1000000000L +
+							      (t1.tv_nsec - t0.tv_nsec)));
+	}
 	if (!grp->pas && b->free != ext2fs_bg_free_blocks_count(a->fs, g))
 		fprintf(stderr, "rrfuse: mballoc: group %u: block bitmap (%u free) and descriptor (%u) disagree\n",
 			g, b->free, ext2fs_bg_free_blocks_count(a->fs, g));
@@ -753,6 +763,7 @@ static void measure(struct rr_alloc *a, struct mb_ac *ac, uint32_t g, uint32_t s
 		l = ac->g_ex.len;
 	ac->found++;
 	STAT_INC(a, extents_scanned);
+	STAT_INC(a, cr_extents[ac->cr]);
 	if ((ac->hints & MB_HINT_FIRST) || l == ac->g_ex.len || l > ac->b_ex.len) {
 		ac->b_ex.group = g;
 		ac->b_ex.start = s;
@@ -814,6 +825,8 @@ void mb_scan_group(struct rr_alloc *a, struct mb_ac *ac, uint32_t g, enum mb_cr 
 		int64_t s = mb_buddy_find_order(grp->buddy, ac->two_order, &got);
 
 		ac->found++;
+		STAT_INC(a, extents_scanned);
+		STAT_INC(a, cr_extents[cr]);
 		if (s >= 0) {
 			ac->b_ex.group = g;
 			ac->b_ex.start = (uint32_t)s;

@@ -159,11 +159,18 @@ void mb_normalize(struct mb_norm *n);
 
 struct mb_policy;
 
-/* Statistics (mb_stats), in the kernel's meaning; counted only when mb_stats is on. */
+/*
+ * Statistics (mb_stats), in the kernel's meaning; counted only when mb_stats
+ * is on (rrctl -s shows them in the kernel's format).  lost (the kernel's
+ * s_mb_lost_chunks: a best extent taken by another allocator between its
+ * search and its use) stays 0 while allocation runs under the fs lock.
+ */
 struct mb_stats {
 	atomic_ulong reqs, success, groups_scanned, extents_scanned, goal_hits, len_goal_hits;
-	atomic_ulong two_n_hits, breaks, buddies_generated, preallocated, discarded;
-	atomic_ulong cr_hits[MB_NUM_CRS], cr_considered[MB_NUM_CRS], cr_useless[MB_NUM_CRS];
+	atomic_ulong stream_goal_hits, two_n_hits, breaks, lost, buddies_generated, buddies_time_ns;
+	atomic_ulong preallocated, discarded;
+	atomic_ulong cr_hits[MB_NUM_CRS], cr_considered[MB_NUM_CRS], cr_extents[MB_NUM_CRS];
+	atomic_ulong cr_useless[MB_NUM_CRS];
 };
 
 struct rr_alloc {

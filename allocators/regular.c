@@ -125,6 +125,9 @@ static void regular_choose(struct rr_alloc *a, struct mb_ac *ac)
 	if (ac->b_ex.len) {
 		if (a->t.mb_stats)
 			atomic_fetch_add(&a->stats.cr_hits[ac->cr], 1);
+		/* Kernel 6.17: a stream's blocks came from its slot's group. */
+		if (a->t.mb_stats && (ac->hints & MB_HINT_STREAM) && ac->b_ex.group == ac->g_ex.group)
+			atomic_fetch_add(&a->stats.stream_goal_hits, 1);
 		if (ac->hints & MB_HINT_STREAM)
 			atomic_store(&a->last_groups[slot], ac->b_ex.group);
 	}

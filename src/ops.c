@@ -7,6 +7,7 @@
  * ext4's root (2); ext4's inode 1 (bad blocks) is never exposed.
  */
 #include "ops.h"
+#include "ctl.h"
 #include "dir.h"
 #include "trim.h"
 #include "log.h"
@@ -897,6 +898,31 @@ static void rr_ioctl_trim(fuse_req_t req, const void *in_buf, size_t in_bufsz, s
 	fuse_reply_ioctl(req, 0, &r, sizeof(r));
 }
 
+/* rrctl: commands on the mount's root only, so no file's ioctl namespace is taken. */
+static void rr_ioctl_ctl(fuse_req_t req, fuse_ino_t fino, unsigned int cmd, const void *in_buf,
+			 size_t in_bufsz, size_t out_bufsz)
+{
+	union rr_ctl_buf *buf;
+	size_t len = 0;
+	int ret;
+
+	if (fino != FUSE_ROOT_ID) {
+		fuse_reply_err(req, ENOTTY);
+		return;
+	}
+	buf = malloc(sizeof(*buf));
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	ret = rr_ctl(rr_fs_of(req), cmd, fuse_req_ctx(req)->uid, in_buf, in_bufsz, out_bufsz, buf, &len);
+	if (ret)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_ioctl(req, 0, buf, len);
+	free(buf);
+}
+
 static void rr_ioctl(fuse_req_t req, fuse_ino_t fino, unsigned int cmd, void *arg,
 		     struct fuse_file_info *fi, unsigned flags, const void *in_buf, size_t in_bufsz,
 		     size_t out_bufsz)
@@ -915,6 +941,10 @@ static void rr_ioctl(fuse_req_t req, fuse_ino_t fino, unsigned int cmd, void *ar
 	}
 	if (cmd == FITRIM) {
 		rr_ioctl_trim(req, in_buf, in_bufsz, out_bufsz);
+		return;
+	}
+	if (rr_ctl_is_cmd(cmd)) {
+		rr_ioctl_ctl(req, fino, cmd, in_buf, in_bufsz, out_bufsz);
 		return;
 	}
 	/* The kernel passes the flags as an int (fuse_fileattr_get/set), whatever FS_IOC_* says. */

@@ -75,6 +75,11 @@ int rr_alloc_tunable_set(struct rr_alloc_tunables *t, const char *name, const ch
 			 char *err, size_t errlen);
 /* Is name=value an allocator option?  (For the daemon's option parser.) */
 int rr_alloc_is_tunable(const char *name);
+/* The i'th tunable's name (0, 1, ...; aliases left out), NULL past the last. */
+const char *rr_alloc_tunable_name(unsigned int i);
+/* A tunable's value as text (as rr_alloc_tunable_set takes it); 0 or -ENOENT with err. */
+int rr_alloc_tunable_get(const struct rr_alloc_tunables *t, const char *name, char *buf, size_t len,
+			 char *err, size_t errlen);
 
 struct rr_extent {
 	uint64_t pblk;
@@ -119,5 +124,21 @@ void rr_free_blocks(struct rr_alloc *a, uint64_t pblk, uint32_t len);
  */
 uint64_t rr_alloc_avail(struct rr_alloc *a, int root);
 uint64_t rr_alloc_meta_reserve(struct rr_alloc *a);
+
+/*
+ * rrctl (allocators/mb_ctl.c), fs lock held as for every call here.
+ * Get or set a tunable of the running allocator: set validates through
+ * rr_alloc_tunable_set (a refused value changes nothing; err says why) and
+ * applies at once, including a switch of policy (allocator=NAME).
+ * Returns 0, -ENOENT (unknown name) or -EINVAL.
+ */
+int rr_alloc_get(struct rr_alloc *a, const char *name, char *buf, size_t len, char *err, size_t errlen);
+int rr_alloc_set(struct rr_alloc *a, const char *name, const char *value, char *err, size_t errlen);
+uint32_t rr_alloc_ngroups(struct rr_alloc *a);
+/* Group g's buddy summary (loading the group if needed): 0, -EINVAL (no such group) or -errno. */
+struct rrctl_group;
+struct rrctl_stats;
+int rr_alloc_group_info(struct rr_alloc *a, uint32_t g, struct rrctl_group *out);
+void rr_alloc_stats(struct rr_alloc *a, struct rrctl_stats *out);
 
 #endif

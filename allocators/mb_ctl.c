@@ -1,0 +1,145 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The running allocator as rrctl sees it: tunables read and changed live,
+ * the groups' buddy summaries and the statistics, as records
+ * (include/rrfuse/rrctl.h).  Called with the fs lock held, like every
+ * allocator entry point: no allocation, free or policy call is in flight
+ * meanwhile, so a tunable or the policy can change between two requests
+ * without more locking.  Validation stays in mb_tunables.c.
+ */
+#include "mballoc.h"
+#include "policy.h"
+#include "rrfuse/rrctl.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+int rr_alloc_get(struct rr_alloc *a, const char *name, char *buf, size_t len, char *err, size_t errlen)
+{
+	return rr_alloc_tunable_get(&a->t, name, buf, len, err, errlen);
+}
+
+/*
+ * Start the new policy before stopping the old one, so that a failed start
+ * leaves the old one running.  Each policy's priv is its own: init sets
+ * a->policy_priv, fini frees it.
+ */
+static int policy_switch(struct rr_alloc *a, const struct mb_policy *p, char *err, size_t errlen)
+{
+	void *old_priv = a->policy_priv, *new_priv;
+
+	if (p == a->policy)
+		return 0;
+	a->policy_priv = NULL;
+	if (p->init && p->init(a)) {
+		a->policy_priv = old_priv;
+		snprintf(err, errlen, "allocator '%s' could not start (out of memory)", p->name);
+		return -ENOMEM;
+	}
+	new_priv = a->policy_priv;
+	a->policy_priv = old_priv;
+	if (a->policy->fini)
+		a->policy->fini(a);
+	a->policy = p;
+	a->policy_priv = new_priv;
+	return 0;
+}
+
+/*
+ * What needs more than the new value:
+ *  - mb_group_prealloc: the kernel refuses more than the blocks per group
+ *    (attach clamps a mount option; a live value is refused instead, so
+ *    the user sees the limit).
+ *  - mb_optimize_scan: the order lists are kept up to date whatever its
+ *    value (group_update), so turning it on live finds every loaded group
+ *    listed.
+ *  - mb_stats: counting starts (or stops) with the next request; the
+ *    counts so far are kept, as the kernel keeps them.
+ *  - allocator: the policy is swapped between two requests.
+ * mb_max_prealloc_kb and the scan limits are read per request; existing
+ * preallocations keep their size.
+ */
+int rr_alloc_set(struct rr_alloc *a, const char *name, const char *value, char *err, size_t errlen)
+{
+	struct rr_alloc_tunables t = a->t;
+	int ret = rr_alloc_tunable_set(&t, name, value, err, errlen);
+
+	if (ret)
+		return ret;
+	if (t.mb_group_prealloc > a->bpg) {
+		snprintf(err, errlen, "bad value for %s=: '%s' (at most %u, the blocks per group)", name,
+			 value, a->bpg);
+		return -EINVAL;
+	}
+	if (strcmp(t.policy, a->t.policy)) {
+		ret = policy_switch(a, mb_policy_find(t.policy), err, errlen);
+		if (ret)
+			return ret;
+	}
+	a->t = t;
+	return 0;
+}
+
+uint32_t rr_alloc_ngroups(struct rr_alloc *a)
+{
+	return a->ngroups;
+}
+
+/* As ext4_mb_seq_groups_show: a group not loaded yet is loaded to be shown. */
+int rr_alloc_group_info(struct rr_alloc *a, uint32_t g, struct rrctl_group *out)
+{
+	struct mb_group *grp;
+	struct mb_buddy *b;
+	unsigned int k;
+	int ret, first;
+
+	if (g >= a->ngroups)
+		return -EINVAL;
+	ret = mb_load_group(a, g);
+	if (ret)
+		return ret;
+	grp = &a->groups[g];
+	memset(out, 0, sizeof(*out));
+	out->group = g;
+	pthread_mutex_lock(&grp->lock);
+	b = grp->buddy;
+	out->free = b->free;
+	out->frags = b->fragments;
+	/* The kernel's bb_first_free is the blocks per group in a full group. */
+	first = mb_buddy_first_free(b);
+	out->first = first < 0 ? a->bpg : (uint32_t)first;
+	for (k = 0; k <= b->max_order && k < RRCTL_ORDERS; k++)
+		out->counters[k] = b->counters[k];
+	pthread_mutex_unlock(&grp->lock);
+	return 0;
+}
+
+void rr_alloc_stats(struct rr_alloc *a, struct rrctl_stats *out)
+{
+	const struct mb_stats *s = &a->stats;
+	int c;
+
+	out->enabled = !!a->t.mb_stats;
+	out->ngroups = a->ngroups;
+	out->reqs = atomic_load(&s->reqs);
+	out->success = atomic_load(&s->success);
+	out->groups_scanned = atomic_load(&s->groups_scanned);
+	out->extents_scanned = atomic_load(&s->extents_scanned);
+	out->goal_hits = atomic_load(&s->goal_hits);
+	out->stream_goal_hits = atomic_load(&s->stream_goal_hits);
+	out->len_goal_hits = atomic_load(&s->len_goal_hits);
+	out->two_n_hits = atomic_load(&s->two_n_hits);
+	out->breaks = atomic_load(&s->breaks);
+	out->lost = atomic_load(&s->lost);
+	out->buddies_generated = atomic_load(&s->buddies_generated);
+	out->buddies_time_ns = atomic_load(&s->buddies_time_ns);
+	out->preallocated = atomic_load(&s->preallocated);
+	out->discarded = atomic_load(&s->discarded);
+	for (c = 0; c < RRCTL_NCR && c < MB_NUM_CRS; c++) {
+		out->cr_hits[c] = atomic_load(&s->cr_hits[c]);
+		out->cr_considered[c] = atomic_load(&s->cr_considered[c]);
+		out->cr_extents[c] = atomic_load(&s->cr_extents[c]);
+		out->cr_useless[c] = atomic_load(&s->cr_useless[c]);
+	}
+}

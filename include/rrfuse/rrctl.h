@@ -1,0 +1,98 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * rrctl's wire format: ioctls on the root directory of an rrfuse mount.
+ *
+ * FUSE passes a "restricted" ioctl's buffer by the size and direction that
+ * its number encodes (_IOWR: copied in and back out, at most 16 KiB), so
+ * every command is one fixed-size struct.  Each starts with version
+ * (RRCTL_VERSION); the daemon refuses another version, a short buffer or a
+ * string that is not NUL-terminated within its field with EINVAL, and an
+ * unknown command with ENOTTY.
+ *
+ * A command the daemon understood returns 0 from ioctl() and reports its
+ * own outcome in result (0 or a positive errno) with a one-line reason in
+ * err, so that a refused value comes back with the allocator's message.
+ * Changing a value (RRCTL_SET) is for the mount's owner (the daemon's uid)
+ * and root; for anyone else the ioctl fails with EPERM.  Reading is for
+ * everyone who can open the mount point.
+ *
+ * The daemon returns records; rrctl formats them (allocators/mb_format.c
+ * has the kernel's text formats, shared with the daemon).
+ */
+#ifndef RRFUSE_RRCTL_H
+#define RRFUSE_RRCTL_H
+
+#include <stdint.h>
+#include <sys/ioctl.h>
+
+#define RRCTL_VERSION	1
+#define RRCTL_MAGIC	0xE4	/* ioctl type byte: ext4-ish, unused by the VFS ioctls FUSE forwards */
+
+#define RRCTL_NAME_LEN	32
+#define RRCTL_VALUE_LEN	64
+#define RRCTL_ERR_LEN	128
+
+/*
+ * RRCTL_GET: name set: its value.  name empty: the index'th tunable
+ * (0, 1, ...) with its name and value, result ENOENT past the last
+ * (that is how rrctl lists them).  RRCTL_SET: name = value, validated as
+ * the mount option is; a refused value leaves the old one.
+ */
+struct rrctl_tunable {
+	uint32_t version;
+	uint32_t index;
+	int32_t result;			/* out: 0 or a positive errno */
+	uint32_t reserved;
+	char name[RRCTL_NAME_LEN];
+	char value[RRCTL_VALUE_LEN];
+	char err[RRCTL_ERR_LEN];	/* out */
+};
+
+/* Orders 0 .. RRCTL_ORDERS - 1: blocksize_bits + 2 of them at 64 KiB blocks. */
+#define RRCTL_ORDERS	18
+
+/* One group, as /proc/fs/ext4/DEV/mb_groups shows it (kernel: ext4_group_info). */
+struct rrctl_group {
+	uint32_t group;
+	uint32_t free;			/* free in the buddy: preallocated blocks count as used */
+	uint32_t frags;			/* maximal free runs */
+	uint32_t first;			/* first free block; blocks per group when none */
+	uint32_t counters[RRCTL_ORDERS];	/* free chunks of 2^k blocks */
+};
+
+/* RRCTL_GROUPS: up to RRCTL_GROUPS_PAGE groups from start on (loaded if they were not). */
+#define RRCTL_GROUPS_PAGE	128
+struct rrctl_groups {
+	uint32_t version;
+	uint32_t start;
+	int32_t result;			/* out */
+	uint32_t count;			/* out: groups in g[] */
+	uint32_t ngroups;		/* out: groups in the filesystem */
+	uint32_t blocksize_bits;	/* out: the kernel prints blocksize_bits + 2 orders */
+	uint32_t reserved[2];
+	struct rrctl_group g[RRCTL_GROUPS_PAGE];
+};
+
+/* The criteria, in the kernel's order (CR_POWER2_ALIGNED .. CR_ANY_FREE). */
+#define RRCTL_NCR	5
+
+/* RRCTL_STATS: the allocator's counters (kernel: ext4_seq_mb_stats_show). */
+struct rrctl_stats {
+	uint32_t version;
+	uint32_t enabled;		/* out: mb_stats */
+	int32_t result;			/* out */
+	uint32_t ngroups;		/* out */
+	uint64_t reqs, success, groups_scanned, extents_scanned;
+	uint64_t goal_hits, stream_goal_hits, len_goal_hits, two_n_hits, breaks, lost;
+	uint64_t buddies_generated, buddies_time_ns, preallocated, discarded;
+	uint64_t cr_hits[RRCTL_NCR], cr_considered[RRCTL_NCR], cr_extents[RRCTL_NCR];
+	uint64_t cr_useless[RRCTL_NCR];
+	uint64_t reserved[8];
+};
+
+#define RRCTL_GET	_IOWR(RRCTL_MAGIC, 1, struct rrctl_tunable)
+#define RRCTL_SET	_IOWR(RRCTL_MAGIC, 2, struct rrctl_tunable)
+#define RRCTL_GROUPS	_IOWR(RRCTL_MAGIC, 3, struct rrctl_groups)
+#define RRCTL_STATS	_IOWR(RRCTL_MAGIC, 4, struct rrctl_stats)
+
+#endif

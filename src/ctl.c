@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rrctl's commands: check the fixed-size command (version, terminated
+ * strings, the caller's right to change values), then ask the allocator
+ * under the fs lock (allocators/mb_ctl.c).  The reply is a record; rrctl
+ * formats it.
+ */
+#include "ctl.h"
+#include "log.h"
+#include "rrfs.h"
+
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+int rr_ctl_is_cmd(unsigned int cmd)
+{
+	return _IOC_TYPE(cmd) == RRCTL_MAGIC;
+}
+
+static size_t cmd_size(unsigned int cmd)
+{
+	switch (cmd) {
+	case RRCTL_GET:
+	case RRCTL_SET:
+		return sizeof(struct rrctl_tunable);
+	case RRCTL_GROUPS:
+		return sizeof(struct rrctl_groups);
+	case RRCTL_STATS:
+		return sizeof(struct rrctl_stats);
+	default:
+		return 0;
+	}
+}
+
+static int terminated(const char *s, size_t len)
+{
+	return memchr(s, 0, len) != NULL;
+}
+
+/* GET and SET: name and value are the caller's text, checked before use. */
+static int ctl_tunable(struct rr_fs *rfs, unsigned int cmd, uid_t uid, struct rrctl_tunable *t)
+{
+	const char *name;
+	int ret;
+
+	if (!terminated(t->name, sizeof(t->name)) || !terminated(t->value, sizeof(t->value)))
+		return -EINVAL;
+	/* The mount's owner is whoever runs the daemon (fusermount3 mounts for the user). */
+	if (cmd == RRCTL_SET && uid != 0 && uid != getuid())
+		return -EPERM;
+	memset(t->err, 0, sizeof(t->err));
+	t->result = 0;
+	rr_fs_lock(rfs);
+	if (cmd == RRCTL_SET) {
+		ret = rr_alloc_set(rfs->alloc, t->name, t->value, t->err, sizeof(t->err));
+		if (!ret)
+			rr_log(LOG_INFO, "rrctl: uid %u set %s=%s", (unsigned int)uid, t->name, t->value);
+	} else if (t->name[0]) {
+		ret = rr_alloc_get(rfs->alloc, t->name, t->value, sizeof(t->value), t->err, sizeof(t->err));
+	} else if ((name = rr_alloc_tunable_name(t->index))) {
+		snprintf(t->name, sizeof(t->name), "%s", name);
+		ret = rr_alloc_get(rfs->alloc, name, t->value, sizeof(t->value), t->err, sizeof(t->err));
+	} else {
+		snprintf(t->err, sizeof(t->err), "no tunable %u", t->index);
+		ret = -ENOENT;
+	}
+	rr_fs_unlock(rfs);
+	t->result = -ret;
+	return 0;
+}
+
+static void ctl_groups(struct rr_fs *rfs, struct rrctl_groups *g)
+{
+	uint32_t i, n;
+	int ret = 0;
+
+	memset(g->g, 0, sizeof(g->g));
+	g->count = 0;
+	g->result = 0;
+	g->blocksize_bits = rfs->bbits;
+	rr_fs_lock(rfs);
+	n = rr_alloc_ngroups(rfs->alloc);
+	g->ngroups = n;
+	for (i = 0; i < RRCTL_GROUPS_PAGE && g->start < n && i < n - g->start && !ret; i++) {
+		ret = rr_alloc_group_info(rfs->alloc, g->start + i, &g->g[i]);
+		if (!ret)
+			g->count++;
+	}
+	rr_fs_unlock(rfs);
+	g->result = -ret;
+}
+
+int rr_ctl(struct rr_fs *rfs, unsigned int cmd, uid_t uid, const void *in, size_t in_size,
+	   size_t out_size, union rr_ctl_buf *buf, size_t *len)
+{
+	size_t need = cmd_size(cmd);
+
+	if (!need)
+		return -ENOTTY;
+	if (in_size < need || out_size < need)
+		return -EINVAL;
+	memcpy(buf, in, need);
+	/* version is the first field of every command. */
+	if (buf->t.version != RRCTL_VERSION)
+		return -EINVAL;
+	if (!rfs->alloc)
+		return -EROFS;	/* read-only: no allocator is running */
+	*len = need;
+	switch (cmd) {
+	case RRCTL_GROUPS:
+		ctl_groups(rfs, &buf->g);
+		return 0;
+	case RRCTL_STATS:
+		memset(&buf->s, 0, sizeof(buf->s));
+		buf->s.version = RRCTL_VERSION;
+		rr_fs_lock(rfs);
+		rr_alloc_stats(rfs->alloc, &buf->s);
+		rr_fs_unlock(rfs);
+		return 0;
+	default:
+		return ctl_tunable(rfs, cmd, uid, &buf->t);
+	}
+}

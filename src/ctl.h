@@ -1,0 +1,33 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/* rrctl's ioctls on the mount's root directory (include/rrfuse/rrctl.h). */
+#ifndef RRFUSE_CTL_H
+#define RRFUSE_CTL_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "rrfuse/rrctl.h"
+
+struct rr_fs;
+
+/* Room for any command's reply. */
+union rr_ctl_buf {
+	struct rrctl_tunable t;
+	struct rrctl_groups g;
+	struct rrctl_stats s;
+};
+
+/* Is cmd one of rrctl's (the caller routes it here)? */
+int rr_ctl_is_cmd(unsigned int cmd);
+
+/*
+ * Run command cmd from uid with in (in_size bytes; out_size may come
+ * back): 0 with the reply in *buf, *len bytes, or -errno (EINVAL for a
+ * malformed command, ENOTTY for an unknown one, EPERM for a change by
+ * someone else than the mount's owner or root, EROFS without an
+ * allocator).  Takes the fs lock.
+ */
+int rr_ctl(struct rr_fs *rfs, unsigned int cmd, uid_t uid, const void *in, size_t in_size,
+	   size_t out_size, union rr_ctl_buf *buf, size_t *len);
+
+#endif

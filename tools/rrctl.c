@@ -1,0 +1,248 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rrctl: the running allocator of an rrfuse mount, sysctl-style.
+ *
+ *   rrctl MNT                 every tunable, "KEY = VALUE" a line
+ *   rrctl MNT KEY ...         those tunables
+ *   rrctl MNT KEY=VALUE ...   set them (printed back as the daemon keeps them)
+ *   rrctl MNT -g              the groups, as /proc/fs/ext4/DEV/mb_groups
+ *   rrctl MNT -s              the statistics, as /proc/fs/ext4/DEV/mb_stats
+ *
+ * Everything goes through ioctls on MNT (include/rrfuse/rrctl.h); the
+ * daemon validates, rrctl only formats (allocators/mb_format.c).  Exit
+ * status: 0, 1 if anything failed (each failure is reported and the other
+ * arguments are still done, as sysctl does), 2 for a usage error.
+ */
+#include "mb_format.h"
+#include "rrfuse/rrctl.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#ifndef RRFUSE_VERSION
+#define RRFUSE_VERSION "0.1"
+#endif
+
+static const char *mnt;
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: rrctl MOUNTPOINT [KEY | KEY=VALUE ...]\n"
+		   "       rrctl MOUNTPOINT -g | -s\n\n"
+		   "Show or change the allocator of a mounted rrfuse filesystem.\n\n"
+		   "    (no KEY)     list every tunable, one KEY = VALUE a line\n"
+		   "    KEY          show KEY (mb_max_prealloc_kb, max_prealloc_kb, mb_stream_req,\n"
+		   "                 mb_group_prealloc, mb_min_to_scan, mb_max_to_scan, mb_order2_req,\n"
+		   "                 mb_max_linear_groups, mb_optimize_scan,\n"
+		   "                 mb_best_avail_max_trim_order, mb_stats, allocator)\n"
+		   "    KEY=VALUE    set KEY (the mount's owner or root only)\n"
+		   "    -g           the block groups, as the kernel's mb_groups\n"
+		   "    -s           the allocator statistics, as the kernel's mb_stats\n"
+		   "    -h, --help   this help\n"
+		   "    -V, --version\n");
+}
+
+/* The ioctl; a message for the failures every command shares.  0 or -1. */
+static int ctl(int fd, unsigned long cmd, void *arg, const char *what)
+{
+	if (!ioctl(fd, cmd, arg))
+		return 0;
+	switch (errno) {
+	case ENOTTY:
+	case ENOSYS:
+		fprintf(stderr, "rrctl: %s: not an rrfuse mount point (or its rrfuse is too old for rrctl)\n",
+			mnt);
+		break;
+	case EPERM:
+		fprintf(stderr, "rrctl: %s: permission denied: only the mount's owner or root may change %s\n",
+			mnt, what);
+		break;
+	case EROFS:
+		fprintf(stderr, "rrctl: %s: mounted read-only: no allocator is running\n", mnt);
+		break;
+	case EINVAL:
+		fprintf(stderr, "rrctl: %s: the daemon refused the command (another rrctl version?)\n", mnt);
+		break;
+	default:
+		fprintf(stderr, "rrctl: %s: %s: %s\n", mnt, what, strerror(errno));
+	}
+	return -1;
+}
+
+static void tunable_init(struct rrctl_tunable *t)
+{
+	memset(t, 0, sizeof(*t));
+	t->version = RRCTL_VERSION;
+}
+
+/* Show one tunable by name; 0 or -1. */
+static int show(int fd, const char *name)
+{
+	struct rrctl_tunable t;
+
+	tunable_init(&t);
+	if (strlen(name) >= sizeof(t.name)) {
+		fprintf(stderr, "rrctl: unknown allocator tunable '%s'\n", name);
+		return -1;
+	}
+	strcpy(t.name, name);
+	if (ctl(fd, RRCTL_GET, &t, name))
+		return -1;
+	if (t.result) {
+		fprintf(stderr, "rrctl: %s\n", t.err[0] ? t.err : strerror(t.result));
+		return -1;
+	}
+	printf("%s = %s\n", name, t.value);
+	return 0;
+}
+
+/* Set name=value, then show what the daemon kept (clamped, rounded); 0 or -1. */
+static int set(int fd, const char *arg)
+{
+	const char *eq = strchr(arg, '=');
+	struct rrctl_tunable t;
+	size_t n = (size_t)(eq - arg);
+
+	tunable_init(&t);
+	if (n >= sizeof(t.name)) {
+		fprintf(stderr, "rrctl: unknown allocator tunable '%.*s'\n", (int)n, arg);
+		return -1;
+	}
+	if (strlen(eq + 1) >= sizeof(t.value)) {
+		fprintf(stderr, "rrctl: bad value for %.*s=: too long (%zu bytes at most)\n", (int)n, arg,
+			sizeof(t.value) - 1);
+		return -1;
+	}
+	memcpy(t.name, arg, n);
+	strcpy(t.value, eq + 1);
+	if (ctl(fd, RRCTL_SET, &t, "allocator tunables"))
+		return -1;
+	if (t.result) {
+		fprintf(stderr, "rrctl: %s\n", t.err[0] ? t.err : strerror(t.result));
+		return -1;
+	}
+	return show(fd, t.name);
+}
+
+static int list(int fd)
+{
+	struct rrctl_tunable t;
+	uint32_t i;
+
+	for (i = 0;; i++) {
+		tunable_init(&t);
+		t.index = i;
+		if (ctl(fd, RRCTL_GET, &t, "tunables"))
+			return -1;
+		if (t.result == ENOENT)
+			return 0;
+		if (t.result) {
+			fprintf(stderr, "rrctl: %s\n", t.err[0] ? t.err : strerror(t.result));
+			return -1;
+		}
+		printf("%s = %s\n", t.name, t.value);
+	}
+}
+
+/* A page of groups at a time, so any number of groups fits the fixed-size ioctl. */
+static int groups(int fd)
+{
+	struct rrctl_groups *g = malloc(sizeof(*g));
+	uint32_t start = 0, i;
+	int ret = 0;
+
+	if (!g) {
+		perror("rrctl");
+		return -1;
+	}
+	mb_format_groups_header(stdout);
+	for (;;) {
+		memset(g, 0, sizeof(*g));
+		g->version = RRCTL_VERSION;
+		g->start = start;
+		if (ctl(fd, RRCTL_GROUPS, g, "groups")) {
+			ret = -1;
+			break;
+		}
+		for (i = 0; i < g->count && i < RRCTL_GROUPS_PAGE; i++)
+			mb_format_group(stdout, &g->g[i], g->blocksize_bits);
+		if (g->result) {
+			/* As the kernel's "#N: I/O error" line, then stop. */
+			printf("#%-5u: %s\n", start + g->count, strerror(g->result));
+			ret = -1;
+			break;
+		}
+		start += g->count;
+		if (!g->count || start >= g->ngroups)
+			break;
+	}
+	free(g);
+	return ret;
+}
+
+static int stats(int fd)
+{
+	struct rrctl_stats s;
+
+	memset(&s, 0, sizeof(s));
+	s.version = RRCTL_VERSION;
+	if (ctl(fd, RRCTL_STATS, &s, "statistics"))
+		return -1;
+	mb_format_stats(stdout, &s);
+	return 0;
+}
+
+int main(int argc, char *argv[])
+{
+	int fd, i, ret = 0;
+
+	if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+		usage(stdout);
+		return 0;
+	}
+	if (argc >= 2 && (!strcmp(argv[1], "-V") || !strcmp(argv[1], "--version"))) {
+		printf("rrctl %s\n", RRFUSE_VERSION);
+		return 0;
+	}
+	if (argc < 2 || argv[1][0] == '-') {
+		usage(stderr);
+		return 2;
+	}
+	mnt = argv[1];
+	for (i = 2; i < argc; i++)
+		if (argv[i][0] == '-' && (strcmp(argv[i], "-g") && strcmp(argv[i], "-s"))) {
+			fprintf(stderr, "rrctl: unknown option '%s'\n", argv[i]);
+			usage(stderr);
+			return 2;
+		}
+	if (argc > 3 && (!strcmp(argv[2], "-g") || !strcmp(argv[2], "-s"))) {
+		usage(stderr);
+		return 2;
+	}
+	fd = open(mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0) {
+		fprintf(stderr, "rrctl: %s: %s\n", mnt, strerror(errno));
+		return 1;
+	}
+	if (argc == 2)
+		ret = list(fd);
+	else if (!strcmp(argv[2], "-g"))
+		ret = groups(fd);
+	else if (!strcmp(argv[2], "-s"))
+		ret = stats(fd);
+	else
+		for (i = 2; i < argc; i++)
+			if ((strchr(argv[i], '=') ? set(fd, argv[i]) : show(fd, argv[i])) < 0)
+				ret = -1;
+	close(fd);
+	if (fflush(stdout)) {
+		perror("rrctl: stdout");
+		ret = -1;
+	}
+	return ret ? 1 : 0;
+}
