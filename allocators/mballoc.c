@@ -50,6 +50,7 @@
  *  - stats are atomics; in_engine is read and written under the fs lock.
  */
 #include "mballoc.h"
+#include "mb_format.h"
 #include "policy.h"
 
 #include <errno.h>
@@ -1445,28 +1446,14 @@ int rr_alloc_attach(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr
 	return 0;
 }
 
-/* With mb_stats, what the kernel's ext4_mb_release prints at unmount (issue 7 adds rrctl -s). */
+/* With mb_stats, the statistics at unmount (as the kernel's ext4_mb_release), in rrctl -s's text. */
 static void print_stats(struct rr_alloc *a)
 {
-	struct mb_stats *st = &a->stats;
-	static const char *const crn[MB_NUM_CRS] = {
-		"p2_aligned", "goal_fast", "best_avail", "goal_slow", "any_free" };
-	int c;
+	struct rrctl_stats st;
 
-	fprintf(stderr, "rrfuse: mballoc: %lu reqs (%lu success)\n", atomic_load(&st->reqs),
-		atomic_load(&st->success));
-	fprintf(stderr, "rrfuse: mballoc: %lu extents scanned, %lu groups scanned, %lu goal hits, "
-		"%lu len goal hits, %lu 2^N hits, %lu breaks\n", atomic_load(&st->extents_scanned),
-		atomic_load(&st->groups_scanned), atomic_load(&st->goal_hits),
-		atomic_load(&st->len_goal_hits), atomic_load(&st->two_n_hits), atomic_load(&st->breaks));
-	for (c = 0; c < MB_NUM_CRS; c++)
-		fprintf(stderr, "rrfuse: mballoc: cr_%s: %lu hits, %lu groups considered, %lu useless loops\n",
-			crn[c], atomic_load(&st->cr_hits[c]), atomic_load(&st->cr_considered[c]),
-			atomic_load(&st->cr_useless[c]));
-	fprintf(stderr, "rrfuse: mballoc: %lu buddies generated of %u groups\n",
-		atomic_load(&st->buddies_generated), a->ngroups);
-	fprintf(stderr, "rrfuse: mballoc: %lu preallocated, %lu discarded\n", atomic_load(&st->preallocated),
-		atomic_load(&st->discarded));
+	memset(&st, 0, sizeof(st));
+	rr_alloc_stats(a, &st);
+	mb_format_stats(stderr, &st);
 }
 
 void rr_alloc_detach(struct rr_alloc *a)

@@ -21,8 +21,14 @@
 
 struct mb_policy {
 	const char *name;
-	int (*init)(struct rr_alloc *a);	/* optional: set a->policy_priv */
-	void (*fini)(struct rr_alloc *a);	/* optional */
+	/*
+	 * Optional: init sets a->policy_priv, fini frees it.  They run at
+	 * attach/detach and at a live switch (rrctl allocator=NAME, mb_ctl.c),
+	 * where the new policy's init runs on a running allocator before the
+	 * old one's fini; a->policy_priv is the running policy's own in each.
+	 */
+	int (*init)(struct rr_alloc *a);
+	void (*fini)(struct rr_alloc *a);
 	/* Find blocks for ac (leaves the found extent in ac->b_ex, not yet marked used). */
 	void (*choose)(struct rr_alloc *a, struct mb_ac *ac);
 };
