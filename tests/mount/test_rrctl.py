@@ -1,0 +1,424 @@
+"""rrctl through real mounts: list, get and set every tunable live, the
+refusals (non-zero exit, value unchanged), who may set, the kernel's
+mb_groups and mb_stats text, changes in the middle of a write workload,
+and malformed ioctls that must not hurt the daemon.
+
+Every mount ends with the fixtures' unmount (daemon exit 0), ``e2fsck -fn``
+and the kernel cross-check; the suite's ``RRFUSE_OPTS=check`` also has the
+engine verify its buddies after every change, also across live changes.
+"""
+import errno
+import fcntl
+import os
+import re
+import struct
+import subprocess
+import threading
+
+import pytest
+
+from conftest import RRFUSE, REPO, pattern, wait_for
+
+pytestmark = pytest.mark.rrfuse_only
+
+RRCTL = os.environ.get("RRCTL") or os.path.join(os.path.dirname(RRFUSE), "rrctl")
+MAN = os.path.join(REPO, "doc", "rrctl.8")
+
+DEFAULTS = {
+    "mb_max_prealloc_kb": "8192", "mb_stream_req": "16", "mb_group_prealloc": "512",
+    "mb_min_to_scan": "10", "mb_max_to_scan": "200", "mb_order2_req": "2",
+    "mb_max_linear_groups": "0", "mb_optimize_scan": "0",     # < 16 groups: off, as the kernel
+    "mb_best_avail_max_trim_order": "3", "mb_stats": "0", "allocator": "regular",
+}
+
+# The ioctls (include/rrfuse/rrctl.h), built here independently of rrctl.
+MAGIC = 0xE4
+TUNABLE = struct.Struct("<IIiI32s64s128s")
+GROUP_FIELDS = 4 + 18
+GROUPS_HDR = struct.Struct("<IIiIIIII")
+GROUPS_SIZE = GROUPS_HDR.size + 128 * GROUP_FIELDS * 4
+STATS_SIZE = 4 * 4 + 8 * (14 + 4 * 5 + 8)
+
+
+def iowr(nr, size):
+    return (3 << 30) | (size << 16) | (MAGIC << 8) | nr
+
+
+GET, SET = iowr(1, TUNABLE.size), iowr(2, TUNABLE.size)
+GROUPS, STATS = iowr(3, GROUPS_SIZE), iowr(4, STATS_SIZE)
+
+
+def rrctl(*args, check=True, **kw):
+    if not os.access(RRCTL, os.X_OK):
+        pytest.skip("rrctl missing: %s (build it or set RRCTL=)" % RRCTL)
+    r = subprocess.run([RRCTL] + [str(a) for a in args], capture_output=True, text=True,
+                       timeout=60, **kw)
+    if check:
+        assert r.returncode == 0, (args, r.stdout, r.stderr)
+    return r
+
+
+def values(mnt):
+    out = rrctl(mnt).stdout
+    lines = out.splitlines()
+    assert all(re.fullmatch(r"[a-z0-9_]+ = \S+", l) for l in lines), out
+    return dict(l.split(" = ") for l in lines)
+
+
+def test_list_get_set_every_tunable(fs):
+    assert values(fs.mnt) == DEFAULTS
+    # Each tunable: set, printed back, read back, listed.
+    new = {"mb_stream_req": "32", "mb_group_prealloc": "1024", "mb_min_to_scan": "5",
+           "mb_max_to_scan": "100", "mb_order2_req": "3", "mb_max_linear_groups": "4",
+           "mb_optimize_scan": "1", "mb_best_avail_max_trim_order": "2", "mb_stats": "1",
+           "mb_max_prealloc_kb": "32768", "allocator": "regular"}
+    for k, v in new.items():
+        assert rrctl(fs.mnt, "%s=%s" % (k, v)).stdout == "%s = %s\n" % (k, v)
+        assert rrctl(fs.mnt, k).stdout == "%s = %s\n" % (k, v)
+    assert values(fs.mnt) == new
+    # Several at once, and a 0x value as the kernel's kstrtouint takes it.
+    r = rrctl(fs.mnt, "mb_stats=0", "mb_order2_req=0x4", "mb_stats")
+    assert r.stdout == "mb_stats = 0\nmb_order2_req = 4\nmb_stats = 0\n"
+
+
+@pytest.mark.parametrize("given,kept", [("100", "8192"), ("8192", "8192"), ("8193", "16384"),
+                                        ("10000", "16384"), ("65536", "65536"),
+                                        ("2147483648", "2147483648")])
+def test_max_prealloc_kb_clamps_and_rounds(fs, given, kept):
+    # The alias and the kernel's name are one value.
+    assert rrctl(fs.mnt, "max_prealloc_kb=" + given).stdout == "max_prealloc_kb = %s\n" % kept
+    assert rrctl(fs.mnt, "mb_max_prealloc_kb").stdout == "mb_max_prealloc_kb = %s\n" % kept
+    assert rrctl(fs.mnt, "max_prealloc_kb").stdout == "max_prealloc_kb = %s\n" % kept
+
+
+@pytest.mark.parametrize("arg,words", [
+    ("mb_max_prealloc_kb=abc", ["bad value", "abc"]),
+    ("max_prealloc_kb=2147483649", ["overflows"]),        # rounds up past 2^32
+    ("max_prealloc_kb=99999999999", ["bad value"]),
+    ("max_prealloc_kb=12k", ["bad value"]),
+    ("mb_stream_req=-1", ["bad value"]),
+    ("mb_stream_req=", ["bad value"]),
+    ("mb_stream_req= 5", ["bad value"]),
+    ("mb_stats=2", ["at most 1"]),
+    ("mb_optimize_scan=yes", ["bad value"]),
+    ("mb_order2_req=65", ["at most 64"]),
+    ("mb_best_avail_max_trim_order=65", ["at most 64"]),
+    ("mb_group_prealloc=32769", ["at most 32768", "blocks per group"]),
+    ("allocator=nope", ["unknown allocator", "nope", "regular"]),
+    ("allocator=", ["unknown allocator"]),
+    ("mb_nope=1", ["unknown", "mb_nope"]),
+    ("check=1", ["unknown"]),                               # a mount option, not live
+    ("mb_nope", ["unknown", "mb_nope"]),
+    ("x" * 40 + "=1", ["unknown"]),
+    ("mb_stream_req=" + "1" * 70, ["too long"]),
+])
+def test_refusals_leave_values_unchanged(fs, arg, words):
+    before = values(fs.mnt)
+    r = rrctl(fs.mnt, arg, check=False)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert r.stdout == ""
+    assert r.stderr.startswith("rrctl: ") and r.stderr.count("\n") == 1, r.stderr
+    for w in words:
+        assert w in r.stderr, r.stderr
+    assert values(fs.mnt) == before
+
+
+def test_partial_failure_is_reported(fs):
+    # As sysctl: every argument is done, the exit status says one failed.
+    r = rrctl(fs.mnt, "mb_stream_req=64", "mb_stats=7", "mb_max_to_scan=50", check=False)
+    assert r.returncode == 1
+    assert r.stdout == "mb_stream_req = 64\nmb_max_to_scan = 50\n"
+    assert "mb_stats" in r.stderr
+    assert values(fs.mnt)["mb_stats"] == "0"
+
+
+def test_usage_and_not_rrfuse(tmp_path):
+    r = rrctl(check=False)
+    assert r.returncode == 2 and "usage" in r.stderr
+    r = rrctl(tmp_path, "-x", check=False)
+    assert r.returncode == 2
+    r = rrctl(tmp_path, check=False)
+    assert r.returncode == 1 and "not an rrfuse mount point" in r.stderr, r.stderr
+    r = rrctl(tmp_path / "missing", check=False)
+    assert r.returncode == 1 and "No such file" in r.stderr
+
+
+@pytest.mark.opts("allow_other")
+def test_others_read_but_may_not_set(fs, as_user):
+    mine = values(fs.mnt)
+    r = as_user([RRCTL, fs.mnt])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "".join("%s = %s\n" % kv for kv in mine.items())
+    for arg in ("-g", "-s", "mb_stats"):
+        r = as_user([RRCTL, fs.mnt, arg])
+        assert r.returncode == 0 and r.stdout, (arg, r.stderr)
+    r = as_user([RRCTL, fs.mnt, "mb_stream_req=99"])
+    assert r.returncode == 1
+    assert "permission denied" in r.stderr and "owner or root" in r.stderr, r.stderr
+    assert values(fs.mnt) == mine
+    # The refusal comes from the daemon, not from rrctl: the raw ioctl gets EPERM.
+    def raw_set():
+        fd = os.open(fs.mnt, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.ioctl(fd, SET, bytearray(tunable(name=b"mb_stream_req", value=b"99")))
+        finally:
+            os.close(fd)
+    with pytest.raises(PermissionError):
+        as_user(raw_set)
+    assert values(fs.mnt) == mine
+
+
+# ------------------------------------------------------------------ mb_groups
+
+HEADER = ("#group: free  frags first [ 2^0   2^1   2^2   2^3   2^4   2^5   2^6  "
+          " 2^7   2^8   2^9   2^10  2^11  2^12  2^13  ]")
+
+
+def parse_groups(out):
+    lines = out.splitlines()
+    assert lines[0] == HEADER
+    groups = []
+    for i, l in enumerate(lines[1:]):
+        # "#%-5u: %-5u %-5u %-5u [" then 14 times " %-5u", then " ]"
+        m = re.fullmatch(r"#(\d+) *: (\d+) +(\d+) +(\d+) +\[((?: \d+ *){14})\]", l)
+        assert m, repr(l)
+        assert l[:7] == "#%-5u:" % i and l[7:25] == " %-5s %-5s %-5s" % m.group(2, 3, 4), repr(l)
+        groups.append([int(x) for x in m.group(2, 3, 4)] + [int(x) for x in m.group(5).split()])
+    return groups
+
+
+def dumpe2fs_free_runs(image):
+    """{group: [(start, end)]} of free blocks, group-relative, from dumpe2fs."""
+    out = subprocess.run(["dumpe2fs", image], capture_output=True, text=True, check=True).stdout
+    runs, g, first = {}, None, 0
+    for l in out.splitlines():
+        m = re.match(r"Group (\d+): \(Blocks (\d+)-(\d+)\)", l)
+        if m:
+            g, first = int(m.group(1)), int(m.group(2))
+            runs[g] = []
+        m = re.match(r"\s+Free blocks: (.*)", l)
+        if m and g is not None and m.group(1).strip():
+            for part in m.group(1).split(","):
+                a, _, b = part.strip().partition("-")
+                runs[g].append((int(a) - first, int(b or a) - first))
+    return runs
+
+
+def buddy_line(runs, bpg, max_order=13):
+    """free, frags, first and the order counters a buddy of these runs has."""
+    counters = [0] * 14
+    for s, e in runs:
+        p = s
+        while p <= e:
+            k = max_order
+            while k and (p % (1 << k) or p + (1 << k) - 1 > e):
+                k -= 1
+            counters[k] += 1
+            p += 1 << k
+    free = sum(e - s + 1 for s, e in runs)
+    return [free, len(runs), runs[0][0] if runs else bpg] + counters
+
+
+@pytest.mark.image(size="1G")
+def test_groups_agree_with_the_image(fs):
+    # No locality-group preallocations: every closed file leaves none behind.
+    rrctl(fs.mnt, "mb_group_prealloc=0")
+    for i, size in enumerate([5 << 20, 300 << 10, 1 << 20, 70 << 20, 12345]):
+        with open(os.path.join(fs.mnt, "f%d" % i), "wb") as f:
+            f.write(pattern(i, size))
+    os.unlink(os.path.join(fs.mnt, "f2"))
+    os.sync()
+
+    def settled():
+        groups = parse_groups(rrctl(fs.mnt, "-g").stdout)
+        st = os.statvfs(fs.mnt)
+        # PAs are free on disk, used in the buddy: none left once the sums agree.
+        return groups if sum(g[0] for g in groups) == st.f_bfree else None
+    groups = wait_for(settled, timeout=10)
+    assert groups, "rrctl -g free blocks never matched statfs"
+    assert len(groups) == 8
+    for g in groups:
+        # Each free block is in exactly one maximal chunk.
+        assert sum(c << k for k, c in enumerate(g[3:])) == g[0], g
+    fs.unmount()
+    runs = dumpe2fs_free_runs(fs.image)
+    assert sorted(runs) == list(range(8))
+    for n, g in enumerate(groups):
+        assert g == buddy_line(runs[n], 32768), (n, g, runs[n][:5])
+
+
+# ------------------------------------------------------------------ mb_stats
+
+STATS_OFF = ("mballoc:\n\tmb stats collection turned off.\n"
+             "\tTo enable, please set mb_stats=1 with rrctl.\n")
+STATS_KEYS = (["reqs", "success", "groups_scanned"] +
+              [k for cr in ("p2_aligned", "goal_fast", "best_avail", "goal_slow", "any_free")
+               for k in ("cr_%s_stats" % cr, "hits", "groups_considered", "extents_scanned",
+                         "useless_loops")] +
+              ["extents_scanned", "goal_hits", "stream_goal_hits", "len_goal_hits", "2^n_hits",
+               "breaks", "lost", "buddies_generated", "buddies_time_used", "preallocated",
+               "discarded"])
+
+
+def parse_stats(out):
+    lines = out.splitlines()
+    assert lines[0] == "mballoc:"
+    keys, vals = [], {}
+    for l in lines[1:]:
+        m = re.fullmatch(r"(\t\t?)([a-z0-9_^]+):(?: (\d+(?:/\d+)?))?", l)
+        assert m, repr(l)
+        keys.append(m.group(2))
+        # Headers ("cr_..._stats:") at one tab, their fields at two.
+        assert (m.group(3) is None) == m.group(2).startswith("cr_"), repr(l)
+        if m.group(3):
+            vals.setdefault(m.group(2), m.group(3))
+    assert keys == STATS_KEYS, keys
+    return vals
+
+
+@pytest.mark.image(size="1G")
+def test_stats_off_and_on(fs):
+    assert rrctl(fs.mnt, "-s").stdout == STATS_OFF
+    rrctl(fs.mnt, "mb_stats=1")
+    with open(os.path.join(fs.mnt, "big"), "wb") as f:
+        for i in range(24):
+            f.write(pattern(i, 1 << 20))
+    for i in range(20):
+        with open(os.path.join(fs.mnt, "small%d" % i), "wb") as f:
+            f.write(b"x" * 5000)
+    os.sync()
+    v = parse_stats(rrctl(fs.mnt, "-s").stdout)
+    assert int(v["reqs"]) > 0 and int(v["success"]) > 0
+    assert int(v["preallocated"]) > 0
+    assert re.fullmatch(r"\d+/8", v["buddies_generated"]), v
+    assert v["lost"] == "0"
+    # Turned off: the kernel's text again; counting stopped, counts kept.
+    rrctl(fs.mnt, "mb_stats=0")
+    assert rrctl(fs.mnt, "-s").stdout == STATS_OFF
+    with open(os.path.join(fs.mnt, "more"), "wb") as f:
+        f.write(pattern(99, 3 << 20))
+    os.sync()
+    rrctl(fs.mnt, "mb_stats=1")
+    assert parse_stats(rrctl(fs.mnt, "-s").stdout)["reqs"] == v["reqs"]
+
+
+# ------------------------------------------------------ live, under writes
+
+@pytest.mark.image(size="1G")
+def test_live_changes_during_writes(fs):
+    stop = threading.Event()
+    errors = []
+
+    def writer(k):
+        try:
+            n = 0
+            while not stop.is_set() or n < 4:
+                path = os.path.join(fs.mnt, "w%d_%d" % (k, n))
+                with open(path, "wb") as f:
+                    for j in range(16):
+                        f.write(pattern((k, n, j), 128 << 10))
+                    os.fsync(f.fileno())
+                if n % 3 == 2:
+                    os.unlink(path)
+                n += 1
+        except Exception as e:              # noqa: BLE001 - reported below
+            errors.append(repr(e))
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        for i in range(6):
+            rrctl(fs.mnt, "allocator=regular", "max_prealloc_kb=%d" % (32768 if i % 2 else 8192),
+                  "mb_optimize_scan=%d" % (i % 2), "mb_stats=%d" % (1 - i % 2),
+                  "mb_group_prealloc=%d" % (256 << (i % 3)), "mb_stream_req=%d" % (8 + i))
+            rrctl(fs.mnt, "-g")
+            rrctl(fs.mnt, "-s")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not errors, errors
+    assert values(fs.mnt)["mb_max_prealloc_kb"] == "32768"
+    # What was written is what reads back (the fixture then unmounts, fscks, cross-checks).
+    for name in os.listdir(fs.mnt):
+        m = re.fullmatch(r"w(\d+)_(\d+)", name)
+        if m:
+            k, n = int(m.group(1)), int(m.group(2))
+            with open(os.path.join(fs.mnt, name), "rb") as f:
+                assert f.read() == b"".join(pattern((k, n, j), 128 << 10) for j in range(16)), name
+
+
+# ------------------------------------------------------------ bad ioctls
+
+def tunable(version=1, index=0, name=b"", value=b""):
+    return TUNABLE.pack(version, index, 0, 0, name, value, b"")
+
+
+def ioctl(path, cmd, buf):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        b = bytearray(buf)
+        fcntl.ioctl(fd, cmd, b)
+        return b
+    finally:
+        os.close(fd)
+
+
+def test_malformed_ioctls(fs):
+    def refused(cmd, buf, err, path=fs.mnt):
+        with pytest.raises(OSError) as e:
+            ioctl(path, cmd, buf)
+        assert e.value.errno == err, (hex(cmd), e.value)
+
+    refused(GET, tunable(version=2, name=b"mb_stats"), errno.EINVAL)
+    refused(GET, tunable(version=0), errno.EINVAL)
+    refused(GET, b"a" * TUNABLE.size, errno.EINVAL)              # garbage: version 0x61616161
+    # Strings must end inside their fields.
+    raw = bytearray(tunable(name=b"mb_stats"))
+    raw[16:48] = b"m" * 32
+    refused(GET, raw, errno.EINVAL)
+    raw = bytearray(tunable(name=b"mb_stats", value=b"1"))
+    raw[48:112] = b"1" * 64
+    refused(SET, raw, errno.EINVAL)
+    # Unknown command numbers and sizes of ours, and others' type byte.
+    refused(iowr(9, TUNABLE.size), bytes(TUNABLE.size), errno.ENOTTY)
+    refused(iowr(1, 100), struct.pack("<I", 1) + bytes(96), errno.ENOTTY)
+    refused(iowr(3, 64), struct.pack("<I", 1) + bytes(60), errno.ENOTTY)
+    # Only on the mount's root.
+    open(os.path.join(fs.mnt, "file"), "w").close()
+    refused(GET, tunable(name=b"mb_stats"), errno.ENOTTY, os.path.join(fs.mnt, "file"))
+    os.mkdir(os.path.join(fs.mnt, "dir"))
+    refused(GET, tunable(name=b"mb_stats"), errno.ENOTTY, os.path.join(fs.mnt, "dir"))
+
+    # Well formed: results in the record.
+    out = TUNABLE.unpack(ioctl(fs.mnt, GET, tunable(name=b"mb_stats")))
+    assert out[2] == 0 and out[5].rstrip(b"\0") == b"0"
+    out = TUNABLE.unpack(ioctl(fs.mnt, GET, tunable(index=1000)))
+    assert out[2] == errno.ENOENT
+    out = TUNABLE.unpack(ioctl(fs.mnt, SET, tunable(name=b"mb_stats", value=b"5")))
+    assert out[2] == errno.EINVAL and b"at most 1" in out[6]
+    # A page past the last group: nothing, and the group count.
+    buf = struct.pack("<II", 1, 1 << 31) + bytes(GROUPS_SIZE - 8)
+    hdr = GROUPS_HDR.unpack_from(ioctl(fs.mnt, GROUPS, buf))
+    assert hdr[2] == 0 and hdr[3] == 0 and hdr[4] == 2, hdr
+    # Random bytes with a valid version: refused or answered, never a crash.
+    import random
+    rnd = random.Random(7)
+    for cmd, size in ((GET, TUNABLE.size), (SET, TUNABLE.size), (GROUPS, GROUPS_SIZE),
+                      (STATS, STATS_SIZE)):
+        for _ in range(20):
+            buf = struct.pack("<I", 1) + rnd.randbytes(size - 4)
+            try:
+                ioctl(fs.mnt, cmd, buf)
+            except OSError as e:
+                assert e.errno in (errno.EINVAL, errno.EPERM), e
+    assert fs.daemon_alive()
+    assert values(fs.mnt)["mb_stats"] == "0"      # nothing random got through: no terminator
+
+
+def test_manual_lists_every_key(fs):
+    with open(MAN) as f:
+        bold = "\n".join(l.replace("\\-", "-") for l in f if l.startswith(".B"))
+    keys = list(values(fs.mnt)) + ["max_prealloc_kb"]
+    missing = [k for k in keys if not re.search(r"\b%s\b" % re.escape(k), bold)]
+    assert not missing, "keys not in doc/rrctl.8: %s" % missing
