@@ -149,6 +149,7 @@ static void usage(const char *prog)
 	       "       mb_order2_req=N, mb_max_linear_groups=N, mb_optimize_scan=0|1,\n"
 	       "       mb_best_avail_max_trim_order=N, mb_stats=0|1\n"
 	       "                           the kernel's mballoc tunables, with its defaults\n"
+	       "                           (these and allocator= change live with rrctl MOUNTPOINT KEY=VALUE)\n"
 	       "    -o allocator=NAME      allocation policy: regular (the kernel's, default), rralloc\n"
 	       "                           (round-robin over the device), firstfit (lowest address first)\n"
 	       "    -o rralloc             the same as allocator=rralloc\n"

@@ -1,5 +1,6 @@
 """The documentation keeps up with the program: every option `rrfuse --help`
-lists is described in the manual page, which installs with meson."""
+lists is described in the manual page, which installs with meson, and both
+manual pages render (rrctl's keys are checked in test_rrctl.py)."""
 import os
 import re
 import subprocess
@@ -28,10 +29,12 @@ def test_every_option_in_the_manual():
     assert not missing, "options in --help but not in doc/rrfuse.8: %s" % missing
 
 
-def test_manual_renders():
+@pytest.mark.parametrize("page", ["rrfuse.8", "rrctl.8"])
+def test_manual_renders(page):
     if subprocess.run(["which", "man"], capture_output=True).returncode:
         pytest.skip("needs man (man-db)")
-    r = subprocess.run(["man", "-l", "--warnings", MAN], capture_output=True, text=True,
+    r = subprocess.run(["man", "-l", "--warnings", os.path.join(REPO, "doc", page)],
+                       capture_output=True, text=True,
                        env=dict(os.environ, MANWIDTH="80", MANPAGER="cat"))
-    assert r.returncode == 0 and "rrfuse" in r.stdout, r.stderr
+    assert r.returncode == 0 and page.split(".")[0] in r.stdout, r.stderr
     assert "warning" not in r.stderr, r.stderr
