@@ -896,6 +896,7 @@ int mb_first_fit(struct rr_alloc *a, struct mb_ac *ac, uint64_t from, uint32_t n
 				l = hi - s;
 			ac->found++;
 			STAT_INC(a, extents_scanned);
+			STAT_INC(a, cr_extents[ac->cr]);
 			if (l >= need) {
 				ac->b_ex.group = g;
 				ac->b_ex.start = s;

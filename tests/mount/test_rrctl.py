@@ -304,8 +304,18 @@ def test_stats_off_and_on(fs):
 
 # ------------------------------------------------------ live, under writes
 
+def policies(mnt):
+    """The registered policies, as the refusal of an unknown one lists them."""
+    r = rrctl(mnt, "allocator=?", check=False)
+    m = re.search(r"\(known: ([a-z0-9_, ]+)\)", r.stderr)
+    assert r.returncode == 1 and m, r.stderr
+    return m.group(1).split(", ")
+
+
 @pytest.mark.image(size="1G")
 def test_live_changes_during_writes(fs):
+    names = policies(fs.mnt)
+    assert "regular" in names
     stop = threading.Event()
     errors = []
 
@@ -327,8 +337,10 @@ def test_live_changes_during_writes(fs):
     for t in threads:
         t.start()
     try:
-        for i in range(6):
-            rrctl(fs.mnt, "allocator=regular", "max_prealloc_kb=%d" % (32768 if i % 2 else 8192),
+        for i in range(max(6, 2 * len(names))):
+            # Every policy, each started and stopped live (init/fini) while the writers write.
+            rrctl(fs.mnt, "allocator=" + names[i % len(names)],
+                  "max_prealloc_kb=%d" % (32768 if i % 2 else 8192),
                   "mb_optimize_scan=%d" % (i % 2), "mb_stats=%d" % (1 - i % 2),
                   "mb_group_prealloc=%d" % (256 << (i % 3)), "mb_stream_req=%d" % (8 + i))
             rrctl(fs.mnt, "-g")
@@ -339,6 +351,7 @@ def test_live_changes_during_writes(fs):
             t.join()
     assert not errors, errors
     assert values(fs.mnt)["mb_max_prealloc_kb"] == "32768"
+    rrctl(fs.mnt, "allocator=regular")
     # What was written is what reads back (the fixture then unmounts, fscks, cross-checks).
     for name in os.listdir(fs.mnt):
         m = re.fullmatch(r"w(\d+)_(\d+)", name)
