@@ -25,7 +25,7 @@ int rr_alloc_get(struct rr_alloc *a, const char *name, char *buf, size_t len, ch
  * leaves the old one running.  Each policy's priv is its own: init sets
  * a->policy_priv, fini frees it.
  */
-static int policy_switch(struct rr_alloc *a, const struct mb_policy *p, char *err, size_t errlen)
+int mb_policy_switch(struct rr_alloc *a, const struct mb_policy *p, char *err, size_t errlen)
 {
 	void *old_priv = a->policy_priv, *new_priv;
 
@@ -73,7 +73,7 @@ int rr_alloc_set(struct rr_alloc *a, const char *name, const char *value, char *
 		return -EINVAL;
 	}
 	if (strcmp(t.policy, a->t.policy)) {
-		ret = policy_switch(a, mb_policy_find(t.policy), err, errlen);
+		ret = mb_policy_switch(a, mb_policy_find(t.policy), err, errlen);
 		if (ret)
 			return ret;
 	}

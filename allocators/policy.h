@@ -37,6 +37,11 @@ struct mb_policy {
 extern const struct mb_policy mb_policy_regular;
 
 const struct mb_policy *mb_policy_find(const char *name);
+/*
+ * Make p the running policy (mb_ctl.c, fs lock held): p's init, then the
+ * old one's fini.  0, or -ENOMEM with err set and the old policy running.
+ */
+int mb_policy_switch(struct rr_alloc *a, const struct mb_policy *p, char *err, size_t errlen);
 /* "regular, ..." for messages. */
 void mb_policy_names(char *buf, size_t len);
 
