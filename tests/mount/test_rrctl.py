@@ -18,6 +18,7 @@ import threading
 import pytest
 
 from conftest import RRFUSE, REPO, pattern, wait_for
+from test_unprivileged import user_dir  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.rrfuse_only
 
@@ -247,6 +248,16 @@ def test_groups_agree_with_the_image(fs):
         assert g == buddy_line(runs[n], 32768), (n, g, runs[n][:5])
 
 
+@pytest.mark.image(size="20G")
+def test_groups_page_through_many(fs):
+    # 160 groups: more than one ioctl page (128); every group once, in order.
+    groups = parse_groups(rrctl(fs.mnt, "-g").stdout)
+    assert len(groups) == 160
+    assert sum(g[0] for g in groups) == os.statvfs(fs.mnt).f_bfree
+    # With 16 groups or more the kernel's default turns the optimised scan on.
+    assert values(fs.mnt)["mb_optimize_scan"] == "1"
+
+
 # ------------------------------------------------------------------ mb_stats
 
 STATS_OFF = ("mballoc:\n\tmb stats collection turned off.\n"
@@ -435,3 +446,37 @@ def test_manual_lists_every_key(fs):
     keys = list(values(fs.mnt)) + ["max_prealloc_kb"]
     missing = [k for k in keys if not re.search(r"\b%s\b" % re.escape(k), bold)]
     assert not missing, "keys not in doc/rrctl.8: %s" % missing
+
+
+def test_read_only_mount_says_so(mount_factory):
+    m = mount_factory(opts="ro")
+    for args in ((), ("mb_stats",), ("mb_stats=1",), ("-g",), ("-s",)):
+        r = rrctl(m.mnt, *args, check=False)
+        assert r.returncode == 1 and "read-only" in r.stderr, (args, r.stderr)
+
+
+def test_owner_sets_on_own_mount(user_dir):
+    """A user's own mount (no root anywhere): the owner may set."""
+    from test_unprivileged import UID, GID, daemon_gone, mounted, user
+    from conftest import fsck
+    img = os.path.join(user_dir, "img")
+    mnt = os.path.join(user_dir, "mnt")
+    r = user("truncate -s 64M {0} && mke2fs -q -t ext4 -F -E root_owner={1}:{2} {0} "
+             "&& mkdir {3}".format(img, UID, GID, mnt))
+    assert r.returncode == 0, r.stderr
+    r = user([RRFUSE, img, mnt])
+    assert r.returncode == 0, r.stderr
+    try:
+        r = user([RRCTL, mnt, "mb_stats=1", "max_prealloc_kb=20000"])
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == "mb_stats = 1\nmax_prealloc_kb = 32768\n"
+        r = user([RRCTL, mnt, "-s"])
+        assert r.returncode == 0 and "\treqs: " in r.stdout, r.stdout + r.stderr
+    finally:
+        r = user(["fusermount3", "-u", mnt])
+        if mounted(mnt):
+            subprocess.run(["umount", "-l", mnt])
+    assert r.returncode == 0, r.stderr
+    assert wait_for(lambda: daemon_gone(img), timeout=30)
+    rc, out = fsck(img)
+    assert rc == 0, out
