@@ -78,7 +78,7 @@ tsan_suite() {
 	step "rrfsx random operations ($dir)" rrfsx_run "$dir/tests/fsx/rrfsx" "$dir/rrfuse"
 	step "concurrent mount tests ($dir)" env RRFUSE="$top/$dir/rrfuse" /usr/bin/python3 -m pytest -q \
 		-p no:cacheprovider tests/mount/test_concurrency.py tests/mount/test_unlink_open.py \
-		tests/mount/test_orphan.py
+		tests/mount/test_orphan.py tests/mount/test_rrctl.py
 }
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
