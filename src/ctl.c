@@ -10,6 +10,7 @@
 #include "rrfs.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 

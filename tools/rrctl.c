@@ -220,10 +220,12 @@ int main(int argc, char *argv[])
 			usage(stderr);
 			return 2;
 		}
-	if (argc > 3 && (!strcmp(argv[2], "-g") || !strcmp(argv[2], "-s"))) {
-		usage(stderr);
-		return 2;
-	}
+	/* -g and -s stand alone: their output is a table, not KEY = VALUE lines. */
+	for (i = 2; i < argc && argc > 3; i++)
+		if (!strcmp(argv[i], "-g") || !strcmp(argv[i], "-s")) {
+			usage(stderr);
+			return 2;
+		}
 	fd = open(mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0) {
 		fprintf(stderr, "rrctl: %s: %s\n", mnt, strerror(errno));

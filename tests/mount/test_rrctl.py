@@ -136,8 +136,9 @@ def test_partial_failure_is_reported(fs):
 def test_usage_and_not_rrfuse(tmp_path):
     r = rrctl(check=False)
     assert r.returncode == 2 and "usage" in r.stderr
-    r = rrctl(tmp_path, "-x", check=False)
-    assert r.returncode == 2
+    for args in (["-x"], ["-g", "-s"], ["mb_stats", "-g"], ["-s", "mb_stats"]):
+        r = rrctl(tmp_path, *args, check=False)
+        assert r.returncode == 2 and "usage" in r.stderr, (args, r.stderr)
     r = rrctl(tmp_path, check=False)
     assert r.returncode == 1 and "not an rrfuse mount point" in r.stderr, r.stderr
     r = rrctl(tmp_path / "missing", check=False)
