@@ -373,6 +373,33 @@ def test_live_changes_during_writes(fs):
                 assert f.read() == b"".join(pattern((k, n, j), 128 << 10) for j in range(16)), name
 
 
+@pytest.mark.image(size="1G")
+def test_max_prealloc_kb_takes_effect_live(fs):
+    """A file's preallocation window follows the value set while mounted.
+
+    What a file holds preallocated shows as the difference between statfs's
+    free blocks (PAs are free on disk) and -g's (used in the buddy)."""
+    def held():
+        groups = parse_groups(rrctl(fs.mnt, "-g").stdout)
+        return os.statvfs(fs.mnt).f_bfree - sum(g[0] for g in groups)
+
+    most = {}
+    for kb in (8192, 65536, 8192):
+        rrctl(fs.mnt, "max_prealloc_kb=%d" % kb)
+        fd = os.open(os.path.join(fs.mnt, "f%d_%d" % (kb, len(most))), os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            n = 0
+            for i in range(40):
+                os.write(fd, pattern(i, 1 << 20))
+                os.fsync(fd)
+                n = max(n, held())
+        finally:
+            os.close(fd)
+        most.setdefault(kb, []).append(n)
+    # 8 MiB windows hold at most 2048 blocks beyond a request; 64 MiB ones far more.
+    assert max(most[8192]) <= 2048 < 4096 < most[65536][0], most
+
+
 # ------------------------------------------------------------ bad ioctls
 
 def tunable(version=1, index=0, name=b"", value=b""):
