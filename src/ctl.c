@@ -55,8 +55,6 @@ static int ctl_tunable(struct rr_fs *rfs, unsigned int cmd, uid_t uid, struct rr
 	rr_fs_lock(rfs);
 	if (cmd == RRCTL_SET) {
 		ret = rr_alloc_set(rfs->alloc, t->name, t->value, t->err, sizeof(t->err));
-		if (!ret)
-			rr_log(LOG_INFO, "rrctl: uid %u set %s=%s", (unsigned int)uid, t->name, t->value);
 	} else if (t->name[0]) {
 		ret = rr_alloc_get(rfs->alloc, t->name, t->value, sizeof(t->value), t->err, sizeof(t->err));
 	} else if ((name = rr_alloc_tunable_name(t->index))) {
@@ -67,6 +65,8 @@ static int ctl_tunable(struct rr_fs *rfs, unsigned int cmd, uid_t uid, struct rr
 		ret = -ENOENT;
 	}
 	rr_fs_unlock(rfs);
+	if (cmd == RRCTL_SET && !ret)
+		rr_log(LOG_INFO, "rrctl: uid %u set %s=%s", (unsigned int)uid, t->name, t->value);
 	t->result = -ret;
 	return 0;
 }
@@ -105,8 +105,13 @@ int rr_ctl(struct rr_fs *rfs, unsigned int cmd, uid_t uid, const void *in, size_
 	/* version is the first field of every command. */
 	if (buf->t.version != RRCTL_VERSION)
 		return -EINVAL;
+	/*
+	 * Read-only: no allocator is running.  rfs->alloc is set before the
+	 * session loop starts and dropped after it ends (a read-only mount's
+	 * orphan cleanup detaches it before the loop too), so it is stable here.
+	 */
 	if (!rfs->alloc)
-		return -EROFS;	/* read-only: no allocator is running */
+		return -EROFS;
 	*len = need;
 	switch (cmd) {
 	case RRCTL_GROUPS:
