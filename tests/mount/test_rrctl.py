@@ -330,16 +330,20 @@ def test_live_changes_during_writes(fs):
     assert "regular" in names
     stop = threading.Event()
     errors = []
+    progress = [0]                          # 128 KiB chunks written, all writers
 
     def writer(k):
         try:
             n = 0
-            while not stop.is_set() or n < 4:
+            while not stop.is_set():
                 path = os.path.join(fs.mnt, "w%d_%d" % (k, n))
                 with open(path, "wb") as f:
                     for j in range(16):
                         f.write(pattern((k, n, j), 128 << 10))
-                    os.fsync(f.fileno())
+                        if j % 4 == 3:
+                            f.flush()
+                            os.fsync(f.fileno())
+                        progress[0] += 1
                 if n % 3 == 2:
                     os.unlink(path)
                 n += 1
@@ -349,20 +353,24 @@ def test_live_changes_during_writes(fs):
     for t in threads:
         t.start()
     try:
-        for i in range(max(6, 2 * len(names))):
-            # Every policy, each started and stopped live (init/fini) while the writers write.
+        for i in range(max(6, 3 * len(names))):
+            # Each change lands between writes: the writers move on before the next one.
+            seen = progress[0]
             rrctl(fs.mnt, "allocator=" + names[i % len(names)],
                   "max_prealloc_kb=%d" % (32768 if i % 2 else 8192),
                   "mb_optimize_scan=%d" % (i % 2), "mb_stats=%d" % (1 - i % 2),
                   "mb_group_prealloc=%d" % (256 << (i % 3)), "mb_stream_req=%d" % (8 + i))
             rrctl(fs.mnt, "-g")
             rrctl(fs.mnt, "-s")
+            assert wait_for(lambda: progress[0] >= seen + 8 or errors, timeout=30), "writers stalled"
     finally:
         stop.set()
         for t in threads:
             t.join()
     assert not errors, errors
-    assert values(fs.mnt)["mb_max_prealloc_kb"] == "32768"
+    last = values(fs.mnt)
+    assert last["mb_max_prealloc_kb"] == str(32768 if i % 2 else 8192)
+    assert last["allocator"] == names[i % len(names)] and last["mb_stream_req"] == str(8 + i)
     rrctl(fs.mnt, "allocator=regular")
     # What was written is what reads back (the fixture then unmounts, fscks, cross-checks).
     for name in os.listdir(fs.mnt):
@@ -370,7 +378,9 @@ def test_live_changes_during_writes(fs):
         if m:
             k, n = int(m.group(1)), int(m.group(2))
             with open(os.path.join(fs.mnt, name), "rb") as f:
-                assert f.read() == b"".join(pattern((k, n, j), 128 << 10) for j in range(16)), name
+                got = f.read()
+            # The file a writer was on when it stopped is complete too (closed before join).
+            assert got == b"".join(pattern((k, n, j), 128 << 10) for j in range(16)), name
 
 
 @pytest.mark.image(size="1G")
