@@ -5,7 +5,8 @@
  * bad_suggestions, stream_goal_hits).  Same field widths and order, so
  * scripts written against /proc/fs/ext4 read rrctl's output unchanged.
  * The kernel prints 32-bit counters; ours are 64-bit and print the same
- * digits below 2^32.
+ * digits below 2^32.  buddies_time_used is nanoseconds here (the kernel's
+ * is get_cycles(), which user space has no portable equivalent of).
  */
 #include "mb_format.h"
 
@@ -37,9 +38,9 @@ void mb_format_stats(FILE *f, const struct rrctl_stats *s)
 
 	fputs("mballoc:\n", f);
 	if (!s->enabled) {
+		/* The kernel's words: "the sysfs file mb_stats" is rrctl's key of that name here. */
 		fputs("\tmb stats collection turned off.\n", f);
-		/* The kernel says to write "1" to the sysfs file; here that file is rrctl's key. */
-		fputs("\tTo enable, please set mb_stats=1 with rrctl.\n", f);
+		fputs("\tTo enable, please write \"1\" to sysfs file mb_stats.\n", f);
 		return;
 	}
 	fprintf(f, "\treqs: %llu\n", (unsigned long long)s->reqs);

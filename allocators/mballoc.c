@@ -1051,6 +1051,24 @@ static void ac_use(struct rr_alloc *a, struct mb_ac *ac, int make_pa, struct rr_
 	pa_link_group_unlock(a, pa);
 }
 
+/*
+ * Kernel: ext4_mb_collect_stats counts every allocation context it
+ * releases, also one a preallocation served without a search: as a
+ * request, a success if it got all it asked for, a goal hit if it starts
+ * at the goal.
+ */
+static void stat_pa_hit(struct rr_alloc *a, const struct rr_alloc_req *req, uint32_t len,
+			const struct rr_extent *out)
+{
+	STAT_INC(a, reqs);
+	if (out->len >= len) {
+		STAT_INC(a, success);
+		STAT_INC(a, len_goal_hits);
+	}
+	if (out->pblk == req->goal)
+		STAT_INC(a, goal_hits);
+}
+
 /* One try: a PA hit, else normalise, search, use.  0 or -ENOSPC. */
 static int mb_new_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, uint32_t len,
 			 struct rr_extent *out)
@@ -1059,11 +1077,15 @@ static int mb_new_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, uin
 	struct mb_ac ac;
 	int small;
 
-	if (file_data && pa_use(a, req->ino, req->lblk, len, out))
+	if (file_data && pa_use(a, req->ino, req->lblk, len, out)) {
+		stat_pa_hit(a, req, len, out);
 		return 0;
+	}
 	small = file_data && group_alloc(a, req, len);
-	if (small && lg_use(a, mb_cpu_slot(a), len, out))
+	if (small && lg_use(a, mb_cpu_slot(a), len, out)) {
+		stat_pa_hit(a, req, len, out);
 		return 0;
+	}
 	ac_init(a, &ac, req, len);
 	if (req->flags & RR_ALLOC_DATA)
 		ac.hints |= MB_HINT_DATA;

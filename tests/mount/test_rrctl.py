@@ -262,7 +262,7 @@ def test_groups_page_through_many(fs):
 # ------------------------------------------------------------------ mb_stats
 
 STATS_OFF = ("mballoc:\n\tmb stats collection turned off.\n"
-             "\tTo enable, please set mb_stats=1 with rrctl.\n")
+             "\tTo enable, please write \"1\" to sysfs file mb_stats.\n")
 STATS_KEYS = (["reqs", "success", "groups_scanned"] +
               [k for cr in ("p2_aligned", "goal_fast", "best_avail", "goal_slow", "any_free")
                for k in ("cr_%s_stats" % cr, "hits", "groups_considered", "extents_scanned",

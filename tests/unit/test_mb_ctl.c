@@ -90,6 +90,43 @@ START_TEST(group_record_is_the_buddy)
 }
 END_TEST
 
+START_TEST(stats_count_preallocation_hits_as_the_kernel)
+{
+	struct rr_alloc_req req = { .ino = 12, .lblk = 600, .len = 32, .isize = 600 * 4096,
+				    .flags = RR_ALLOC_DATA };
+	struct rrctl_stats st;
+	struct rr_extent ex;
+	char err[128];
+
+	ck_assert_int_eq(rr_alloc_set(a, "mb_stats", "1", err, sizeof(err)), 0);
+	/* A search that leaves a window preallocated, then a write the window serves. */
+	ck_assert_int_eq(rr_alloc_blocks(a, &req, &ex), 0);
+	req.lblk += 32;
+	req.goal = ex.pblk + ex.len;
+	ck_assert_int_eq(rr_alloc_blocks(a, &req, &ex), 0);
+	ck_assert_uint_eq(ex.pblk, req.goal);
+	memset(&st, 0, sizeof(st));
+	rr_alloc_stats(a, &st);
+	ck_assert_uint_eq(st.enabled, 1);
+	ck_assert_uint_eq(st.reqs, 2);
+	ck_assert_uint_eq(st.success, 2);
+	ck_assert_uint_ge(st.goal_hits, 1);
+	ck_assert_uint_ge(st.extents_scanned, 1);
+	ck_assert_uint_eq(st.preallocated, 512 - 32);
+	ck_assert_uint_eq(st.cr_extents[0] + st.cr_extents[1] + st.cr_extents[2] + st.cr_extents[3] +
+			  st.cr_extents[4], st.extents_scanned);
+	ck_assert_uint_eq(st.lost, 0);
+	/* Off: counting stops, the counts stay. */
+	ck_assert_int_eq(rr_alloc_set(a, "mb_stats", "0", err, sizeof(err)), 0);
+	req.lblk += 32;
+	req.goal = ex.pblk + ex.len;
+	ck_assert_int_eq(rr_alloc_blocks(a, &req, &ex), 0);
+	rr_alloc_stats(a, &st);
+	ck_assert_uint_eq(st.enabled, 0);
+	ck_assert_uint_eq(st.reqs, 2);
+}
+END_TEST
+
 /* A policy that records its calls, to see the switch's order. */
 static int calls, fail_init;
 static char priv_a, priv_b;
@@ -158,6 +195,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, set_validates_once_and_applies);
 	tcase_add_test(tc, group_record_is_the_buddy);
+	tcase_add_test(tc, stats_count_preallocation_hits_as_the_kernel);
 	tcase_add_test(tc, policy_switch_starts_new_then_stops_old);
 	suite_add_tcase(s, tc);
 	return unit_run(s);

@@ -59,7 +59,8 @@ START_TEST(stats_off)
 	char *s;
 
 	CAPTURE(s, mb_format_stats(f, &st));
-	ck_assert_int_eq(strncmp(s, "mballoc:\n\tmb stats collection turned off.\n", 41), 0);
+	ck_assert_str_eq(s, "mballoc:\n\tmb stats collection turned off.\n"
+			 "\tTo enable, please write \"1\" to sysfs file mb_stats.\n");
 	ck_assert_ptr_null(strstr(s, "reqs"));
 	free(s);
 }
