@@ -3,13 +3,15 @@ stays low, regular stays in few groups; a file's own extents stay few.
 
 The overwrite-cycle workload (../shared/BENCHMARKS.md W8): write 4 x 32 MiB,
 delete them, repeat until 1.25x the device size has been written, all in
-one mount.  Before each delete the files' extents are read from the image
-(debugfs, read-only, after fsync has put the metadata on disk) and the
-groups they lie in are counted.  The image has 32 groups of 16 MiB
+one mount.  Before each delete `rrctl -g` is sampled (a group whose free
+count is below its starting one has been allocated from), and the files'
+extents are read from the image (debugfs, read-only, after fsync has put
+the metadata on disk): the groups they lie in must all be in the samples.  The image has 32 groups of 16 MiB
 (``mke2fs -g 4096``), so "groups touched" has room to differ.
 """
 
 import os
+import re
 import subprocess
 
 import pytest
@@ -36,6 +38,15 @@ def extents(image, name):
     return out
 
 
+RRCTL = os.environ.get("RRCTL") or os.path.join(os.path.dirname(RRFUSE), "rrctl")
+
+
+def group_free(mnt):
+    """Free blocks per group, from `rrctl MNT -g` (the kernel's mb_groups format)."""
+    out = subprocess.run([RRCTL, mnt, "-g"], capture_output=True, text=True, check=True).stdout
+    return {int(g): int(f) for g, f in re.findall(r"^#(\d+)\s*:\s*(\d+)", out, re.M)}
+
+
 def groups_of(exts):
     gs = set()
     for p, n in exts:
@@ -44,12 +55,14 @@ def groups_of(exts):
 
 
 def overwrite_cycles(opts):
-    """Run the workload; return (groups touched, leaf extents per file, groups in the fs)."""
+    """Run the workload; return (groups allocated from, as rrctl -g samples show them,
+    leaf extents per file, groups in the fs)."""
     image = make_image(size=str(SIZE), mkfs_args=["-g", str(BPG)])
     block = os.urandom(MIB)
 
     def cycles(mnt):
-        touched, nexts, written, cycle = set(), [], 0, 0
+        touched, sampled, nexts, written, cycle = set(), set(), [], 0, 0
+        start = group_free(mnt)
         while written < SIZE * 5 // 4:
             names = ["c%d-f%d" % (cycle, i) for i in range(FILES)]
             for n in names:
@@ -60,14 +73,18 @@ def overwrite_cycles(opts):
                 assert sum(x[1] for x in e) == FILE_MIB * MIB // 4096, (n, e)
                 nexts.append(len(e))
                 touched |= groups_of(e)
+            # The daemon's own view: groups with fewer free blocks than at the start.
+            sampled |= {g for g, f in group_free(mnt).items() if f < start[g]}
             for n in names:
                 os.unlink(os.path.join(mnt, n))
             cycle += 1
-        return touched, nexts
+        # Every group the files' extents lie in shows in the samples (metadata may add some).
+        assert touched <= sampled, (sorted(touched), sorted(sampled))
+        return sampled, nexts
 
-    touched, nexts = run_mounted(image, cycles, opts=opts)
+    sampled, nexts = run_mounted(image, cycles, opts=opts)
     subprocess.run(["rm", "-rf", os.path.dirname(image)])
-    return touched, nexts, (SIZE // 4096 + BPG - 1) // BPG
+    return sampled, nexts, (SIZE // 4096 + BPG - 1) // BPG
 
 
 def write_file(path, block, mib):
@@ -98,8 +115,39 @@ def test_rralloc_walks_the_device_regular_does_not():
     # regular goes back to space freed by the deletes: 14 to 19 of 32 groups seen
     # (which pristine group the optimised scan picks varies with the writeback's order).
     assert len(reg_groups) <= 0.75 * n, sorted(reg_groups)
-    # A file's own stream stays as contiguous as under regular.
-    assert sum(rr_ext) <= 1.25 * sum(reg_ext), (rr_ext, reg_ext)
+
+
+def sequential_extents(opts):
+    """Leaf extents of 3 rounds of 6 x 64 MiB files written one after another
+    (and deleted) on a 1 GiB image of the default geometry."""
+    image = make_image(size="1G")
+    block = os.urandom(MIB)
+
+    def rounds(mnt):
+        n = 0
+        for c in range(3):
+            names = ["c%d-f%d" % (c, k) for k in range(6)]
+            for name in names:
+                write_file(os.path.join(mnt, name), block, 64)
+            n += sum(len(extents(image, name)) for name in names)
+            for name in names:
+                os.unlink(os.path.join(mnt, name))
+        return n
+
+    n = run_mounted(image, rounds, opts=opts)
+    subprocess.run(["rm", "-rf", os.path.dirname(image)])
+    return n
+
+
+def test_rralloc_sequential_files_as_few_extents_as_regular():
+    """A file's own stream stays as contiguous under rralloc as under regular.
+    (Measured: rralloc 73 and 82, regular 79 and 90 leaf extents for 18 files.
+    With 16 MiB groups, as above, both vary from 50 to 72 and either can be
+    ahead: windows break at the backup superblocks of every other group.)"""
+    rr = sequential_extents("rralloc")
+    reg = sequential_extents("allocator=regular")
+    print("leaf extents of 18 x 64 MiB files: rralloc %d, regular %d" % (rr, reg))
+    assert rr <= 1.25 * reg, (rr, reg)
 
 
 @pytest.mark.opts("allocator=firstfit")
