@@ -8,7 +8,8 @@
  *     so concurrent large files fill groups one after another instead of
  *     all fighting over their inodes' groups.
  *  3. The criteria cascade, cheapest first: CR_POWER2_ALIGNED (a buddy
- *     chunk of exactly the goal's power-of-two order), CR_GOAL_LEN_FAST
+ *     chunk of exactly the goal's power-of-two order; not for a file's
+ *     first window, see regular_choose: where rrfuse parts from the kernel), CR_GOAL_LEN_FAST
  *     (groups whose average free fragment holds the goal), for data
  *     CR_BEST_AVAIL_LEN (the same with the goal trimmed to smaller powers
  *     of two, at most mb_best_avail_max_trim_order halvings and never
@@ -98,9 +99,21 @@ static void regular_choose(struct rr_alloc *a, struct mb_ac *ac)
 
 	if ((ac->hints & MB_HINT_TRY_GOAL) && mb_find_by_goal(a, ac))
 		return;
-	/* Only requests of 2^order2_req blocks or more are worth aligning. */
+	/*
+	 * Only requests of 2^order2_req blocks or more are worth aligning, and
+	 * not a file's first window.  The kernel allocates most files after
+	 * they are closed (delayed allocation), and then asks for exactly their
+	 * size with no preallocation; such a request is rarely a power of two,
+	 * so it goes to the goal-length criteria, which take the first free run
+	 * that holds it (holes included).  Here the first window is asked for
+	 * while the file is written, rounded up to a power of two, and the
+	 * aligned criterion put it on an aligned buddy chunk anywhere, never
+	 * in a hole: aged images kept about twice the kernel's free extents
+	 * (tests/mount/test_aging.py).  Windows that continue a file still
+	 * align: interleaved streams keep their long extents.
+	 */
 	ac->two_order = ((ac->g_ex.len & (ac->g_ex.len - 1)) == 0 && i + 1 >= a->t.mb_order2_req &&
-			 i <= a->max_order) ? i : 0;
+			 i <= a->max_order && !(ac->hints & MB_HINT_FIRST_WINDOW)) ? i : 0;
 	if (ac->hints & MB_HINT_STREAM) {
 		ac->g_ex.group = atomic_load(&a->last_groups[slot]) % a->ngroups;
 		ac->g_ex.start = 0;

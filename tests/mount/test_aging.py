@@ -5,20 +5,40 @@ leaves free space no more fragmented than the kernel's (e2freefrag)".
 
 The workload is a plan drawn from a seeded generator before anything is
 mounted, so rrfuse and the kernel's ext4 (loop mount) run exactly the same
-operations on the same fresh image: creates of files of 4 KiB .. 8 MiB
-(log-uniform, so small files are many and big ones hold most of the data),
-deletes of a random live file, and appends of 4 KiB .. 1 MiB to a random live
-file, until the files hold 80 % of the image less what mke2fs used.  Then
-unmount, e2fsck -fn, and e2freefrag on both images.
+operations on the same fresh 512 MiB image: creates of files of 4 KiB ..
+8 MiB (log-uniform, so small files are many and big ones hold most of the
+data), deletes of a random live file, and appends of 4 KiB .. 1 MiB to a
+random live file, until the files hold 80 % of the image less what mke2fs
+used.  Then unmount, e2fsck -fn, and e2freefrag on both images.
 
-Compared: the number of free extents and the share of free blocks in
-extents of 1 MiB or more.  The margin (FREE_EXTENTS_RATIO, FREE_EXTENTS_SLACK,
-BIG_SHARE_SLACK) is there because the two do not run the same code: the
-kernel delays allocation until writeback (so it sees more of a file at
-once) and rrfuse allocates at FUSE write time with the kernel's writeback
-cache in front; both discard preallocations at unmount.  It is kept small
-enough that a real regression (first-fit allocation, no preallocation, small
-files scattered over the groups) fails: see the figures in the commit log.
+When data reaches the disk decides what the kernel's allocator sees, so
+the data must reach it during the workload (a run that leaves it all in the
+page cache until unmount ages nothing on the kernel's side: deleted files
+were never allocated, the survivors are laid out at once, in order):
+
+* fsync: every file is fsynced before its close.  Both allocate while the
+  file is open, request by request, with preallocation windows: this
+  compares the two allocators.
+* syncfs: a syncfs every SYNC_EVERY operations, like periodic writeback.
+  The kernel then mostly allocates files that are closed, and for a closed
+  file written to its end ext4 asks for exactly its size with no
+  preallocation (ext4_mb_group_or_file), which can fill any hole that holds
+  it.  rrfuse allocates at FUSE write time, before the close, so it cannot
+  know the final size.
+
+Asserted: rrfuse's free extents <= FREE_EXTENTS_RATIO x the kernel's +
+FREE_EXTENTS_SLACK.  The margin is the kernel's own spread between repeats
+of one seed (fsync 241 .. 247, syncfs 107 .. 114 free extents for seed 1):
+about 5 %, so 1.1x plus a few extents.
+
+Observed, free extents for seeds 1-6, kernel / rrfuse:
+  fsync   241/137 268/152 272/186 290/175 309/179 234/186
+  syncfs  109/131 135/162 157/192 147/176 154/184 133/173
+Before rrfuse stopped aligning a file's first window (regular.c) it was
+fsync 244 267 274 288 320 248 (on par) and syncfs 243 256 273 286 318 236
+(about 2x the kernel).  The syncfs case is still 1.2-1.3x the kernel's,
+outside the margin: it is marked xfail (not strict: seeds close to the
+margin may pass) until rrfuse delays allocation like the kernel.
 """
 
 import os
@@ -28,7 +48,7 @@ import subprocess
 
 import pytest
 
-from conftest import Mount, fsck, loop_works, make_image
+from conftest import Mount, fsck, loop_works, make_image, syncfs
 
 pytestmark = pytest.mark.rrfuse_only
 
@@ -36,10 +56,10 @@ KIB = 1024
 MIB = 1 << 20
 IMAGE = "512M"
 FULL = 0.80
+SYNC_EVERY = 16
 
-FREE_EXTENTS_RATIO = 1.2
-FREE_EXTENTS_SLACK = 10
-BIG_SHARE_SLACK = 5.0       # percentage points of the free blocks
+FREE_EXTENTS_RATIO = 1.1
+FREE_EXTENTS_SLACK = 5
 
 
 def image_blocks(image):
@@ -93,11 +113,14 @@ def write_bytes(fd, size):
         size -= os.write(fd, CHUNK[:min(size, MIB)])
 
 
-def run_plan(mnt, plan):
+def run_plan(mnt, plan, sync):
+    """sync: "fsync" each file before its close, or "syncfs" every SYNC_EVERY operations."""
     for d in range(8):
         os.mkdir(os.path.join(mnt, "d%d" % d))
-    for op, name, size in plan:
+    for i, (op, name, size) in enumerate(plan):
         path = os.path.join(mnt, name)
+        if sync == "syncfs" and i % SYNC_EVERY == 0:
+            syncfs(mnt)
         if op == "delete":
             os.unlink(path)
             continue
@@ -105,6 +128,8 @@ def run_plan(mnt, plan):
         fd = os.open(path, flags, 0o644)
         try:
             write_bytes(fd, size)
+            if sync == "fsync":
+                os.fsync(fd)
         finally:
             os.close(fd)
 
@@ -124,14 +149,14 @@ def freefrag(image):
     return nfree, fblocks, 100.0 * big / fblocks if fblocks else 0.0, out
 
 
-def aged(seed, kernel):
+def aged(seed, kernel, sync):
     image = make_image(size=IMAGE)
     total, free, bsize = image_blocks(image)
     plan = make_plan(seed, total, free, bsize)
     m = Mount(image, kernel=kernel)
     m.mount()
     try:
-        run_plan(m.mnt, plan)
+        run_plan(m.mnt, plan, sync)
         st = os.statvfs(m.mnt)
         if not kernel:
             assert m.daemon_alive(), m.daemon_log
@@ -146,19 +171,29 @@ def aged(seed, kernel):
     return res, full, len(plan)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("seed", [1, 2])
-def test_aging_free_space_no_more_fragmented_than_kernel(seed):
+def compare(seed, sync):
     if not loop_works():
         pytest.skip("needs root and loop devices to age the kernel's ext4 the same way")
-    (k_n, k_free, k_big, k_out), k_full, k_ops = aged(seed, kernel=True)
-    (r_n, r_free, r_big, r_out), r_full, r_ops = aged(seed, kernel=False)
-    print("seed %d, %d ops: kernel %.1f %% full, %d free extents, %.1f %% of %d free blocks "
+    (k_n, k_free, k_big, k_out), k_full, k_ops = aged(seed, True, sync)
+    (r_n, r_free, r_big, r_out), r_full, r_ops = aged(seed, False, sync)
+    assert k_ops == r_ops
+    print("%s seed %d, %d ops: kernel %.1f %% full, %d free extents, %.1f %% of %d free blocks "
           "in extents >= 1 MiB; rrfuse %.1f %% full, %d free extents, %.1f %% of %d"
-          % (seed, k_ops, k_full, k_n, k_big, k_free, r_full, r_n, r_big, r_free))
+          % (sync, seed, k_ops, k_full, k_n, k_big, k_free, r_full, r_n, r_big, r_free))
     assert r_n <= FREE_EXTENTS_RATIO * k_n + FREE_EXTENTS_SLACK, (
         "rrfuse leaves %d free extents, the kernel %d\n--- kernel\n%s--- rrfuse\n%s"
         % (r_n, k_n, k_out, r_out))
-    assert r_big >= k_big - BIG_SHARE_SLACK, (
-        "free blocks in extents >= 1 MiB: rrfuse %.1f %%, kernel %.1f %%\n--- kernel\n%s"
-        "--- rrfuse\n%s" % (r_big, k_big, k_out, r_out))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_aging_fsync_no_more_fragmented_than_kernel(seed):
+    compare(seed, "fsync")
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=False, reason="the kernel allocates closed files exactly (delayed "
+                   "allocation); rrfuse allocates at write time: 1.2-1.3x its free extents")
+@pytest.mark.parametrize("seed", [1, 2])
+def test_aging_periodic_sync_no_more_fragmented_than_kernel(seed):
+    compare(seed, "syncfs")
