@@ -897,7 +897,7 @@ static void ac_normalize(struct rr_alloc *a, struct mb_ac *ac, const struct rr_a
 
 	if ((end > isize_blk ? end : isize_blk) > a->t.mb_stream_req)
 		ac->hints |= MB_HINT_STREAM;
-	/* No block of the file on either side: its first window (regular.c does not align it). */
+	/* No block of the file on either side: its first window (regular.c tries its goal group first). */
 	if (!req->nbr.pleft && !req->nbr.pright)
 		ac->hints |= MB_HINT_FIRST_WINDOW;
 	mb_normalize(&n);

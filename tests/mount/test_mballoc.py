@@ -112,10 +112,8 @@ def test_max_prealloc_kb_cuts_extents():
     default = layout(alternate)
     big = layout(alternate, opts="max_prealloc_kb=32768")
     print("alternating writer, leaf extents per file: default %s, 32 MiB %s" % (default, big))
-    # 8 MiB windows: 384/8 extents per file, less the ramp's merges and windows
-    # that land next to the file's previous one (they merge; since a file's first
-    # window is no longer aligned that happens more: 38 observed, 54 before).
-    assert min(default) >= 30, default
+    # 8 MiB windows: at least 384/8 extents per file, less the ramp's merges.
+    assert min(default) >= 40, default
     assert sum(default) >= 2.5 * sum(big), (default, big)
 
 
