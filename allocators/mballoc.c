@@ -968,6 +968,9 @@ static void ac_normalize(struct rr_alloc *a, struct mb_ac *ac, const struct rr_a
 
 	if ((end > isize_blk ? end : isize_blk) > a->t.mb_stream_req)
 		ac->hints |= MB_HINT_STREAM;
+	/* No block of the file on either side: its first window (regular.c tries its goal group first). */
+	if (!req->nbr.pleft && !req->nbr.pright)
+		ac->hints |= MB_HINT_FIRST_WINDOW;
 	mb_normalize(&n);
 	pa_adjust_overlap(a, req->ino, req->lblk, &n.start, &n.size);
 	ac->g_ex.logical = n.start;

@@ -117,6 +117,7 @@ struct mb_pa {
 #define MB_HINT_NOPREALLOC	0x10
 #define MB_HINT_GROUP_ALLOC	0x20	/* a small file: from the locality group's PA */
 #define MB_HINT_FILE_GOAL	0x40	/* the goal follows the file's own blocks (not its inode's group) */
+#define MB_HINT_FIRST_WINDOW	0x80	/* a file's data with no block of it on either side */
 
 enum mb_status { AC_CONTINUE, AC_FOUND, AC_BREAK };
 

@@ -131,6 +131,8 @@ struct rr_fs {
 int rr_err(errcode_t err);
 int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts, char *msg, size_t msglen);
 int rr_fs_close(struct rr_fs *rfs);
+errcode_t rr_check_desc(ext2_filsys fs);
+errcode_t rr_read_bitmaps(ext2_filsys fs);
 int rr_fs_mark_mounted(struct rr_fs *rfs);
 int rr_fs_write_super(struct rr_fs *rfs);
 int rr_fs_commit(struct rr_fs *rfs, int sync);

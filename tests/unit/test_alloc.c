@@ -410,6 +410,48 @@ START_TEST(rralloc_stream_follows_file)
 }
 END_TEST
 
+/*
+ * A file's first window (no block of it on either side) tries its goal
+ * group at the goal-length criterion before the aligned one, as the
+ * kernel's exact request for a closed file would; a window continuing a
+ * file still goes straight to the aligned criterion.
+ */
+START_TEST(first_window_goal_group_first)
+{
+	struct rr_alloc_req req = { .ino = 31, .len = 32, .lblk = 32, .isize = 64 * 4096,
+				    .flags = RR_ALLOC_DATA };
+	struct rr_extent ex;
+	uint32_t g;
+
+	/* Several groups: data never takes the aligned path in a flex group's first group. */
+	rr_alloc_detach(a);
+	ext2fs_close_free(&fs);
+	unlink(img);
+	fs = unit_image(img, "512M", "-b 4096");
+	attach_checked();
+	/* Continuing a file whose goal is taken (metadata): an aligned chunk, outside group 0. */
+	req.nbr.lleft = 31;
+	req.nbr.pleft = 1;
+	ck_assert_int_eq(rr_alloc_blocks(a, &req, &ex), 0);
+	ck_assert_uint_eq(ex.len, 32);
+	ck_assert_uint_eq(ex.pblk % 32, 0);
+	ck_assert_uint_eq(atomic_load(&a->stats.cr_hits[CR_POWER2_ALIGNED]), 1);
+	g = (uint32_t)ext2fs_group_of_blk2(fs, ex.pblk);
+	ck_assert_uint_ne(g, 0);
+	/* A new file's first window: its stream goal group (g, shared slot) at CR_GOAL_LEN_FAST. */
+	memset(&req, 0, sizeof(req));
+	req.ino = 31 + a->nr_last_groups;	/* the same stream slot as 31 */
+	req.len = 32;
+	req.isize = 32 * 4096;
+	req.flags = RR_ALLOC_DATA;
+	ck_assert_int_eq(rr_alloc_blocks(a, &req, &ex), 0);
+	ck_assert_uint_eq(ex.len, 32);
+	ck_assert_uint_eq(ext2fs_group_of_blk2(fs, ex.pblk), g);
+	ck_assert_uint_eq(atomic_load(&a->stats.cr_hits[CR_GOAL_LEN_FAST]), 1);
+	ck_assert_uint_eq(atomic_load(&a->stats.cr_hits[CR_POWER2_ALIGNED]), 1);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("alloc");
@@ -423,6 +465,7 @@ int main(void)
 	tcase_add_test(tc, free_inside_prealloc);
 	tcase_add_test(tc, enospc_discards_and_retries);
 	tcase_add_test(tc, criteria);
+	tcase_add_test(tc, first_window_goal_group_first);
 	tcase_add_test(tc, locality_group);
 	tcase_add_test(tc, policies_spread_or_not);
 	tcase_add_test(tc, rralloc_stream_follows_file);

@@ -1,0 +1,161 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Unit tests: what rrfuse does at open instead of libext2fs, so that a huge
+ * sparse image mounts without a bitmap of every block: rr_read_bitmaps must
+ * give the same block and inode bitmaps as ext2fs_read_bitmaps, and
+ * rr_check_desc must accept and refuse the same descriptors as
+ * ext2fs_check_desc, on every geometry mke2fs makes (1 KiB blocks, no
+ * flex_bg, meta_bg, no checksums, a used image, 1 TiB sparse).
+ */
+#include "unit.h"
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rrfs.h"
+
+static ext2_filsys open_plain(const char *path, int rw)
+{
+	ext2_filsys fs;
+
+	ck_assert_int_eq(ext2fs_open(path, (rw ? EXT2_FLAG_RW : 0) | EXT2_FLAG_64BITS, 0, 0,
+				     unix_io_manager, &fs), 0);
+	return fs;
+}
+
+/* Both readers on path; the maps must agree on every block and inode. */
+static void compare_readers(const char *path)
+{
+	ext2_filsys ref = open_plain(path, 0), fs = open_plain(path, 0);
+	size_t bn = EXT2_BLOCKS_PER_GROUP(ref->super) / 8, in = EXT2_INODES_PER_GROUP(ref->super) / 8;
+	char *x = malloc(bn), *y = malloc(bn);
+	dgrp_t g;
+
+	ck_assert_int_eq(ext2fs_read_bitmaps(ref), 0);
+	fs->default_bitmap_type = EXT2FS_BMAP64_RBTREE;
+	ck_assert_int_eq(rr_read_bitmaps(fs), 0);
+	ck_assert(!(fs->flags & (EXT2_FLAG_BB_DIRTY | EXT2_FLAG_IB_DIRTY)));
+	for (g = 0; g < ref->group_desc_count; g++) {
+		blk64_t first = ext2fs_group_first_block2(ref, g);
+		blk64_t n = ext2fs_group_last_block2(ref, g) - first + 1;
+
+		ck_assert_int_eq(ext2fs_get_block_bitmap_range2(ref->block_map, first, n, x), 0);
+		ck_assert_int_eq(ext2fs_get_block_bitmap_range2(fs->block_map, first, n, y), 0);
+		for (blk64_t i = 0; i < n; i++)
+			if (!(x[i / 8] & (1 << (i % 8))) != !(y[i / 8] & (1 << (i % 8))))
+				ck_abort_msg("%s: block %llu: %s by libext2fs, %s by rr_read_bitmaps", path,
+					     (unsigned long long)(first + i),
+					     x[i / 8] & (1 << (i % 8)) ? "used" : "free",
+					     y[i / 8] & (1 << (i % 8)) ? "used" : "free");
+		ck_assert_int_eq(ext2fs_get_inode_bitmap_range2(ref->inode_map,
+				 (uint64_t)g * in * 8 + 1, in * 8, x), 0);
+		ck_assert_int_eq(ext2fs_get_inode_bitmap_range2(fs->inode_map,
+				 (uint64_t)g * in * 8 + 1, in * 8, y), 0);
+		if (memcmp(x, y, in))
+			ck_abort_msg("%s: inode bitmaps differ in group %u", path, g);
+	}
+	ck_assert_int_eq(rr_check_desc(fs), 0);
+	ck_assert_int_eq(ext2fs_check_desc(ref), 0);
+	free(x);
+	free(y);
+	ext2fs_close_free(&ref);
+	ext2fs_close_free(&fs);
+}
+
+static void one_geometry(const char *size, const char *mkfs_args)
+{
+	char path[64];
+	ext2_filsys fs = unit_image(path, size, mkfs_args);
+
+	ext2fs_close_free(&fs);
+	compare_readers(path);
+	unlink(path);
+}
+
+START_TEST(readers_agree_fresh)
+{
+	static const char *const geo[][2] = {
+		{ "1G", "-b 4096" },
+		{ "256M", "-b 1024" },
+		{ "512M", "-b 4096 -O ^flex_bg" },
+		{ "512M", "-b 4096 -O meta_bg,^resize_inode" },
+		{ "512M", "-b 4096 -O ^metadata_csum,^uninit_bg" },
+		{ "300M", "-b 2048 -G 4" },
+		{ "1T", "-b 4096" },
+	};
+
+	one_geometry(geo[_i][0], geo[_i][1]);
+}
+END_TEST
+
+/* An image with used and freed blocks and inodes scattered over many groups. */
+START_TEST(readers_agree_used)
+{
+	char path[64];
+	ext2_filsys fs = unit_image(path, "512M", "-b 4096 -N 20000");
+	blk64_t b, goal = 0;
+	ext2_ino_t ino;
+	int i;
+
+	for (i = 0; i < 3000; i++) {
+		ck_assert_int_eq(ext2fs_new_block2(fs, goal, fs->block_map, &b), 0);
+		ext2fs_block_alloc_stats2(fs, b, +1);
+		if (i % 3 == 1)
+			ext2fs_block_alloc_stats2(fs, b, -1);
+		goal = (b * 7919 + 12345) % ext2fs_blocks_count(fs->super);
+		ck_assert_int_eq(ext2fs_new_inode(fs, (ext2_ino_t)(i * 37 % 20000) + 1, 0100644, 0, &ino), 0);
+		ext2fs_inode_alloc_stats2(fs, ino, +1, 0);
+	}
+	ck_assert_int_eq(ext2fs_close_free(&fs), 0);
+	compare_readers(path);
+	unlink(path);
+}
+END_TEST
+
+/* Break the descriptors of one group as fuzzers do; both checks must refuse. */
+START_TEST(check_desc_refuses_the_same)
+{
+	char path[64];
+	ext2_filsys fs = unit_image(path, "256M", _i < 4 ? "-b 4096" : "-b 4096 -O ^flex_bg");
+	dgrp_t g = 1, other = 0;
+	errcode_t ours, theirs;
+
+	switch (_i % 4) {
+	case 0:		/* block bitmap shared with another group */
+		ext2fs_block_bitmap_loc_set(fs, g, ext2fs_block_bitmap_loc(fs, other));
+		break;
+	case 1:		/* inode bitmap inside another group's inode table */
+		ext2fs_inode_bitmap_loc_set(fs, g, ext2fs_inode_table_loc(fs, other) + 3);
+		break;
+	case 2:		/* inode table over the descriptors */
+		ext2fs_inode_table_loc_set(fs, g, fs->super->s_first_data_block + 1);
+		break;
+	case 3:		/* block bitmap past the end */
+		ext2fs_block_bitmap_loc_set(fs, g, ext2fs_blocks_count(fs->super) + 5);
+		break;
+	}
+	ours = rr_check_desc(fs);
+	theirs = ext2fs_check_desc(fs);
+	ck_assert_msg(theirs != 0, "case %d: libext2fs accepted it", _i);
+	ck_assert_msg(ours != 0, "case %d: rr_check_desc accepted what libext2fs refuses (%s)", _i,
+		      error_message(theirs));
+	fs->flags &= ~(EXT2_FLAG_DIRTY | EXT2_FLAG_CHANGED);
+	ext2fs_close_free(&fs);
+	unlink(path);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("open");
+	TCase *tc = tcase_create("core");
+
+	tcase_set_timeout(tc, 300);
+	tcase_add_loop_test(tc, readers_agree_fresh, 0, 7);
+	tcase_add_test(tc, readers_agree_used);
+	tcase_add_loop_test(tc, check_desc_refuses_the_same, 0, 8);
+	suite_add_tcase(s, tc);
+	return unit_run(s);
+}
