@@ -51,7 +51,7 @@ import subprocess
 
 import pytest
 
-from conftest import Mount, fsck, loop_works, make_image, syncfs
+from conftest import loop_works, make_image, run_mounted, syncfs
 
 pytestmark = pytest.mark.rrfuse_only
 
@@ -156,18 +156,12 @@ def aged(seed, kernel, sync):
     image = make_image(size=IMAGE)
     total, free, bsize = image_blocks(image)
     plan = make_plan(seed, total, free, bsize)
-    m = Mount(image, kernel=kernel)
-    m.mount()
-    try:
-        run_plan(m.mnt, plan, sync)
-        st = os.statvfs(m.mnt)
-        if not kernel:
-            assert m.daemon_alive(), m.daemon_log
-        m.unmount()
-    finally:
-        m.cleanup()
-    rc, out = fsck(image)
-    assert rc == 0, out
+
+    def workload(mnt):
+        run_plan(mnt, plan, sync)
+        return os.statvfs(mnt)
+
+    st = run_mounted(image, workload, kernel=kernel)
     res = freefrag(image)
     subprocess.run(["rm", "-rf", os.path.dirname(image)])
     full = 100.0 * (st.f_blocks - st.f_bfree) / st.f_blocks
