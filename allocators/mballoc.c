@@ -680,7 +680,7 @@ static void pa_adjust_overlap(struct rr_alloc *a, ext2_ino_t ino, uint64_t lblk,
 
 /* ---- search helpers for the policies ---- */
 
-static int first_of_big_flex(const struct rr_alloc *a, uint32_t g)
+int mb_flex_meta_group(const struct rr_alloc *a, uint32_t g)
 {
 	unsigned int lf = a->fs->super->s_log_groups_per_flex;
 
@@ -703,7 +703,7 @@ int mb_good_group(struct rr_alloc *a, struct mb_ac *ac, uint32_t g, enum mb_cr c
 	if (!grp->buddy) {
 		if (cr < CR_GOAL_LEN_SLOW && g != ac->g_ex.group &&
 		    !ext2fs_bg_flags_test(a->fs, g, EXT2_BG_BLOCK_UNINIT) &&
-		    !(ext2fs_has_feature_flex_bg(a->fs->super) && first_of_big_flex(a, g)))
+		    !mb_flex_meta_group(a, g))
 			return 0;
 		if (mb_load_group(a, g))
 			return 0;
@@ -717,7 +717,7 @@ int mb_good_group(struct rr_alloc *a, struct mb_ac *ac, uint32_t g, enum mb_cr c
 		if (grp->largest_order < (int)ac->two_order)
 			return 0;
 		/* Leave the flex group's metadata group to metadata. */
-		if ((ac->hints & MB_HINT_DATA) && first_of_big_flex(a, g))
+		if ((ac->hints & MB_HINT_DATA) && mb_flex_meta_group(a, g))
 			return 0;
 		return free >= glen;
 	case CR_GOAL_LEN_FAST:
@@ -985,7 +985,7 @@ static void ac_normalize(struct rr_alloc *a, struct mb_ac *ac, const struct rr_a
 /* Put the found extent to use: a PA for the part beyond the request, the request's part on disk. */
 static void ac_use(struct rr_alloc *a, struct mb_ac *ac, int make_pa, struct rr_extent *out)
 {
-	uint64_t p = group_first(a, ac->b_ex.group) + ac->b_ex.start;
+	uint64_t p = mb_block_of(a, &ac->b_ex);
 	uint32_t blen = ac->b_ex.len;
 	struct mb_pa *pa;
 	uint64_t lstart, off;
@@ -1115,7 +1115,7 @@ static int mb_new_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, uin
 		STAT_INC(a, len_goal_hits);
 	if (req->flags & RR_ALLOC_HINT_ONLY) {
 		/* libext2fs accounts the blocks; its stats callback updates the buddy. */
-		out->pblk = group_first(a, ac.b_ex.group) + ac.b_ex.start;
+		out->pblk = mb_block_of(a, &ac.b_ex);
 		out->len = ac.b_ex.len < len ? ac.b_ex.len : len;
 		return 0;
 	}

@@ -225,6 +225,8 @@ int mb_list_first(struct rr_alloc *a, int list, int order);
 int mb_list_next(struct rr_alloc *a, int list, uint32_t g);
 /* First free run of >= need blocks from block from on, wrapping; 1 = found (ac->b_ex, AC_FOUND). */
 int mb_first_fit(struct rr_alloc *a, struct mb_ac *ac, uint64_t from, uint32_t need);
+/* The first group of a flex group of 4 or more: its metadata's; data leaves it alone when it can. */
+int mb_flex_meta_group(const struct rr_alloc *a, uint32_t g);
 /* The filesystem block an extent starts at. */
 uint64_t mb_block_of(const struct rr_alloc *a, const struct mb_ext *ex);
 /* This CPU's slot among a->nlg (locality groups, per-CPU cursors). */

@@ -36,14 +36,6 @@ static int try_group(struct rr_alloc *a, struct mb_ac *ac, uint32_t g, enum mb_c
 	return ac->status != AC_CONTINUE;
 }
 
-/* The first group of a flex group of 4 or more: its metadata's, data leaves it alone when it can. */
-static int flex_meta_group(const struct rr_alloc *a, uint32_t g)
-{
-	unsigned int lf = a->fs->super->s_log_groups_per_flex;
-
-	return ext2fs_has_feature_flex_bg(a->fs->super) && lf >= 2 && lf < 32 && !(g & ((1u << lf) - 1));
-}
-
 static int scan_linear(struct rr_alloc *a, struct mb_ac *ac, enum mb_cr cr, uint32_t count)
 {
 	uint32_t i, start = ac->g_ex.group;
@@ -133,7 +125,7 @@ static void regular_choose(struct rr_alloc *a, struct mb_ac *ac)
 	 * metadata group (the goal of a file's first window on a fresh image),
 	 * which data leaves alone.
 	 */
-	if ((ac->hints & MB_HINT_FIRST_WINDOW) && ac->two_order && !flex_meta_group(a, ac->g_ex.group)) {
+	if ((ac->hints & MB_HINT_FIRST_WINDOW) && ac->two_order && !mb_flex_meta_group(a, ac->g_ex.group)) {
 		ac->cr = CR_GOAL_LEN_FAST;
 		try_group(a, ac, ac->g_ex.group, CR_GOAL_LEN_FAST);
 	}
