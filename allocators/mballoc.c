@@ -621,6 +621,18 @@ static int group_alloc(const struct rr_alloc *a, const struct rr_alloc_req *req,
 	return a->t.mb_group_prealloc && (end > isize_blk ? end : isize_blk) <= a->t.mb_stream_req;
 }
 
+/*
+ * A closed file's data up to its end (kernel: EXT4_MB_HINT_NOPREALLOC from
+ * ext4_mb_group_or_file): its size is final, so the request is the whole
+ * need, searched for as it is, with nothing preallocated.
+ */
+static int closed_to_end(const struct rr_alloc *a, const struct rr_alloc_req *req)
+{
+	uint64_t isize_blk = (req->isize + a->fs->blocksize - 1) / a->fs->blocksize;
+
+	return (req->flags & RR_ALLOC_CLOSED) && req->lblk + req->len >= isize_blk;
+}
+
 /* Take len blocks from the front of the locality group's PA, if it has them. */
 static int lg_use(struct rr_alloc *a, uint32_t slot, uint32_t len, struct rr_extent *out)
 {
@@ -921,10 +933,35 @@ uint64_t mb_block_of(const struct rr_alloc *a, const struct mb_ext *ex)
 /* Blocks that ordinary (non-root) writers may still allocate. */
 uint64_t rr_alloc_avail(struct rr_alloc *a, int root)
 {
-	uint64_t keep = a->meta_resv + (root ? 0 : ext2fs_r_blocks_count(a->fs->super));
+	uint64_t keep = a->meta_resv + a->da_reserved + (root ? 0 : ext2fs_r_blocks_count(a->fs->super));
 	uint64_t f = ext2fs_free_blocks_count(a->fs->super);
 
 	return f > keep ? f - keep : 0;
+}
+
+uint64_t rr_alloc_reserve(struct rr_alloc *a, uint64_t n, int root)
+{
+	uint64_t avail = rr_alloc_avail(a, root);
+
+	if (n > avail)
+		n = avail;
+	a->da_reserved += n;
+	return n;
+}
+
+void rr_alloc_unreserve(struct rr_alloc *a, uint64_t n)
+{
+	if (n > a->da_reserved) {
+		fprintf(stderr, "rrfuse: mballoc: giving back %llu reserved blocks of %llu\n",
+			(unsigned long long)n, (unsigned long long)a->da_reserved);
+		n = a->da_reserved;
+	}
+	a->da_reserved -= n;
+}
+
+uint64_t rr_alloc_reserved(struct rr_alloc *a)
+{
+	return a->da_reserved;
 }
 
 uint64_t rr_alloc_meta_reserve(struct rr_alloc *a)
@@ -1078,13 +1115,14 @@ static int mb_new_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, uin
 {
 	int file_data = (req->flags & RR_ALLOC_DATA) && req->ino && !(req->flags & RR_ALLOC_HINT_ONLY);
 	struct mb_ac ac;
-	int small;
+	int small, exact;
 
 	if (file_data && pa_use(a, req->ino, req->lblk, len, out)) {
 		stat_pa_hit(a, req, len, out);
 		return 0;
 	}
 	small = file_data && group_alloc(a, req, len);
+	exact = file_data && !small && closed_to_end(a, req);
 	if (small && lg_use(a, mb_cpu_slot(a), len, out)) {
 		stat_pa_hit(a, req, len, out);
 		return 0;
@@ -1099,7 +1137,7 @@ static int mb_new_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, uin
 		ac.hints |= MB_HINT_GROUP_ALLOC;
 		if (a->t.mb_group_prealloc > len)
 			ac.g_ex.len = a->t.mb_group_prealloc;
-	} else if (file_data) {
+	} else if (file_data && !exact) {
 		ac_normalize(a, &ac, req);
 	}
 	ac.orig_goal_len = ac.g_ex.len;
@@ -1119,7 +1157,7 @@ static int mb_new_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, uin
 		out->len = ac.b_ex.len < len ? ac.b_ex.len : len;
 		return 0;
 	}
-	ac_use(a, &ac, file_data, out);
+	ac_use(a, &ac, file_data && !exact, out);
 	return 0;
 }
 
@@ -1130,7 +1168,8 @@ int rr_alloc_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, struct r
 
 	if (!len)
 		return -EINVAL;
-	if (req->flags & RR_ALLOC_METADATA)
+	/* A reserved request's blocks were counted when they were promised. */
+	if (req->flags & (RR_ALLOC_METADATA | RR_ALLOC_RESERVED))
 		avail = ext2fs_free_blocks_count(a->fs->super);
 	else
 		avail = rr_alloc_avail(a, !!(req->flags & RR_ALLOC_USE_ROOT_RESV));

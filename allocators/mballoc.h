@@ -180,6 +180,7 @@ struct rr_alloc {
 	const struct mb_policy *policy;
 	void *policy_priv;
 	uint64_t meta_resv;
+	uint64_t da_reserved;		/* blocks promised to delayed allocations (fs lock) */
 	uint32_t ngroups, bpg;
 	uint64_t first_data_block;
 	unsigned int max_order;

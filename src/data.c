@@ -8,6 +8,15 @@
  * (allocation, unwritten-to-written conversion, punch, truncate) takes rw
  * exclusively and the fs lock only around the libext2fs calls.
  *
+ * Delayed allocation (as ext4's delalloc): pages the kernel's cache writes
+ * back into holes go to the inode's buffer (dbuf.h) with their blocks
+ * promised (rr_alloc_reserve), so a full filesystem still fails the WRITE.
+ * Blocks are chosen when the data is flushed: at close (the file's size is
+ * then final and the allocator asks for exactly that), fsync, the commit
+ * thread's tick, a buffer grown past DELAY_INODE_MAX or DELAY_TOTAL_MAX,
+ * and before anything else maps blocks (direct writes, fallocate, seek).
+ * Buffered blocks sit in holes of the map only.
+ *
  * Freshly allocated and unwritten blocks are written whole, the bytes the
  * caller did not supply as zeros, before the map that exposes them reaches
  * the disk: a reader never sees stale blocks.  Past i_size, the rest of the
@@ -26,6 +35,10 @@
 #include <unistd.h>
 
 static const char zero_block[65536];
+
+/* Flush a file's delayed data once it holds this much (bytes), or all files together this much. */
+#define DELAY_INODE_MAX (16ULL << 20)
+#define DELAY_TOTAL_MAX (256ULL << 20)
 
 /* Largest file an extent-mapped inode can address: 2^32 blocks. */
 static uint64_t max_size(struct rr_fs *rfs)
@@ -141,7 +154,7 @@ static int move_mapped(struct rr_fs *rfs, struct rr_inode *ri, char *buf, uint64
 			if (ret)
 				rr_data_io_error(write, m.pblk, -ret);
 		} else if (!write) {
-			memset(buf + (pos - off), 0, (size_t)(seg_end - pos));
+			dbuf_read(&ri->dbuf, rfs->bbits, pos, buf + (pos - off), seg_end - pos);
 		}
 		pos = seg_end;
 	}
@@ -200,11 +213,11 @@ static int zero_old_tail(struct rr_fs *rfs, struct rr_inode *ri, uint64_t upto)
 
 /* Allocate and write a hole's blocks; returns the end of what was written, or -errno. */
 static int64_t fill_hole(struct rr_fs *rfs, struct rr_inode *ri, const char *src, uint64_t pos,
-			 uint64_t end, uint32_t nblk, int root)
+			 uint64_t end, uint32_t nblk, unsigned int flags)
 {
 	uint64_t lblk = pos >> rfs->bbits, seg_end;
 	struct rr_alloc_req req = { .ino = ri->ino, .lblk = lblk, .len = nblk,
-				    .flags = RR_ALLOC_DATA | (root ? RR_ALLOC_USE_ROOT_RESV : 0) };
+				    .flags = RR_ALLOC_DATA | flags };
 	struct ext2_inode_large in;
 	struct rr_extent ex;
 	int ret;
@@ -226,12 +239,178 @@ static int64_t fill_hole(struct rr_fs *rfs, struct rr_inode *ri, const char *src
 		ret = emap_map(rfs, ri, &in, lblk, ex.pblk, ex.len);
 	if (ret)
 		rr_free_blocks(rfs->alloc, ex.pblk, ex.len);
+	else if (flags & RR_ALLOC_RESERVED)
+		rr_alloc_unreserve(rfs->alloc, ex.len);
 	rr_fs_unlock(rfs);
 	return ret ? ret : (int64_t)seg_end;
 }
 
+/* ---- delayed allocation ---- */
+
+/* Put ino on the commit thread's list. */
+static void delay_list(struct rr_fs *rfs, ext2_ino_t ino)
+{
+	pthread_mutex_lock(&rfs->delayed.lock);
+	if (rfs->delayed.n == rfs->delayed.cap) {
+		size_t cap = rfs->delayed.cap ? 2 * rfs->delayed.cap : 64;
+		ext2_ino_t *v = realloc(rfs->delayed.inos, cap * sizeof(*v));
+
+		if (v) {
+			rfs->delayed.inos = v;
+			rfs->delayed.cap = cap;
+		}
+	}
+	/* Without room the data still reaches the disk at close, fsync or unmount. */
+	if (rfs->delayed.n < rfs->delayed.cap)
+		rfs->delayed.inos[rfs->delayed.n++] = ino;
+	pthread_mutex_unlock(&rfs->delayed.lock);
+}
+
+/* After ri's buffer changed from `before` blocks: the total, and the list when it starts to hold some. */
+static void delay_account(struct rr_fs *rfs, struct rr_inode *ri, uint64_t before)
+{
+	uint64_t now = atomic_load(&ri->dbuf.blocks);
+
+	if (now >= before)
+		atomic_fetch_add(&rfs->delayed.blocks, now - before);
+	else
+		atomic_fetch_sub(&rfs->delayed.blocks, before - now);
+	if (!before && now)
+		delay_list(rfs, ri->ino);
+}
+
+static void unreserve(struct rr_fs *rfs, uint64_t n)
+{
+	if (!n)
+		return;
+	rr_fs_lock(rfs);
+	rr_alloc_unreserve(rfs->alloc, n);
+	rr_fs_unlock(rfs);
+}
+
+/*
+ * Take [pos, end) of a hole of n blocks into the buffer, promising blocks
+ * for those it does not hold yet; as much as there is space for.  Returns
+ * the end of what was taken, or -errno.  Caller holds rw exclusively.
+ */
+static int64_t delay_write(struct rr_fs *rfs, struct rr_inode *ri, const char *src, uint64_t pos,
+			   uint64_t end, uint64_t n, int root)
+{
+	uint64_t lblk = pos >> rfs->bbits, want, got = 0, before, seg_end;
+	int ret;
+
+	if (n > UINT32_MAX / 2)
+		n = UINT32_MAX / 2;
+	want = dbuf_missing(&ri->dbuf, lblk, n);
+	if (want) {
+		rr_fs_lock(rfs);
+		got = rr_alloc_reserve(rfs->alloc, want, root);
+		rr_fs_unlock(rfs);
+		if (got < want) {
+			n = dbuf_prefix(&ri->dbuf, lblk, n, got);
+			if (!n)
+				return -ENOSPC;
+		}
+	}
+	seg_end = blk_start(rfs, lblk + n);
+	if (seg_end > end)
+		seg_end = end;
+	/* What the taken part needs may be less than was promised: the prefix ends at a held block. */
+	want = dbuf_missing(&ri->dbuf, lblk, ((seg_end - 1) >> rfs->bbits) + 1 - lblk);
+	unreserve(rfs, got - want);
+	before = atomic_load(&ri->dbuf.blocks);
+	ret = dbuf_write(&ri->dbuf, rfs->bbits, pos, src, seg_end - pos);
+	if (ret) {
+		unreserve(rfs, want);
+		return ret;
+	}
+	delay_account(rfs, ri, before);
+	return (int64_t)seg_end;
+}
+
+/* Write the buffer out: allocate, write, map, run by run.  Caller holds rw exclusively. */
+static int flush_locked(struct rr_fs *rfs, struct rr_inode *ri, int closed)
+{
+	unsigned int flags = RR_ALLOC_RESERVED | RR_ALLOC_USE_ROOT_RESV | (closed ? RR_ALLOC_CLOSED : 0);
+	int ret = 0;
+
+	while (ri->dbuf.cnt && !ret) {
+		struct rr_drun *r = &ri->dbuf.v[0];
+		uint64_t pos = blk_start(rfs, r->lblk), before = atomic_load(&ri->dbuf.blocks);
+		int64_t done;
+
+		ret = emap_ensure(rfs, ri);
+		if (ret)
+			break;
+		done = fill_hole(rfs, ri, r->buf, pos, blk_start(rfs, r->lblk + r->n), r->n, flags);
+		if (done < 0) {
+			ret = (int)done;
+			break;
+		}
+		dbuf_consume(&ri->dbuf, rfs->bbits, 0, (uint32_t)(((uint64_t)done - pos) >> rfs->bbits));
+		delay_account(rfs, ri, before);
+	}
+	return ret;
+}
+
+int data_flush(struct rr_fs *rfs, struct rr_inode *ri, int closed)
+{
+	int ret;
+
+	if (!atomic_load(&ri->dbuf.blocks))
+		return 0;
+	pthread_rwlock_wrlock(&ri->rw);
+	ret = flush_locked(rfs, ri, closed);
+	pthread_rwlock_unlock(&ri->rw);
+	return ret;
+}
+
+int data_flush_all(struct rr_fs *rfs)
+{
+	ext2_ino_t *inos;
+	size_t n, i;
+	int ret = 0;
+
+	pthread_mutex_lock(&rfs->delayed.lock);
+	inos = rfs->delayed.inos;
+	n = rfs->delayed.n;
+	rfs->delayed.inos = NULL;
+	rfs->delayed.n = rfs->delayed.cap = 0;
+	pthread_mutex_unlock(&rfs->delayed.lock);
+	for (i = 0; i < n; i++) {
+		struct rr_inode *ri = rr_ipin(rfs, inos[i]);
+		int r;
+
+		if (!ri)
+			continue;
+		r = data_flush(rfs, ri, !atomic_load(&ri->nwriters));
+		if (r) {
+			/* Listed again, so that a later tick tries once more. */
+			delay_list(rfs, ri->ino);
+			if (!ret)
+				ret = r;
+		}
+		rr_iunpin(rfs, ri);
+	}
+	free(inos);
+	return ret;
+}
+
+void data_drop_delayed(struct rr_fs *rfs, struct rr_inode *ri)
+{
+	uint64_t before = atomic_load(&ri->dbuf.blocks), n = dbuf_clear(&ri->dbuf);
+
+	if (!n)
+		return;
+	rr_log(LOG_ERR, "inode %u: %llu blocks of written data dropped: they never got blocks on disk",
+	       ri->ino, (unsigned long long)n);
+	if (rfs->alloc)
+		unreserve(rfs, n);
+	delay_account(rfs, ri, before);
+}
+
 ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size_t size,
-		   uint64_t off, int root, int *short_err)
+		   uint64_t off, int root, int delay, int *short_err)
 {
 	uint64_t end = off + size, pos, last;
 	int ret;
@@ -258,6 +437,9 @@ ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size
 
 	pthread_rwlock_wrlock(&ri->rw);
 	ret = emap_ensure(rfs, ri);
+	/* A direct write maps blocks: none may be waiting in the buffer. */
+	if (!ret && !delay && ri->dbuf.cnt)
+		ret = flush_locked(rfs, ri, 0);
 	if (!ret && off > ri->size)
 		ret = zero_old_tail(rfs, ri, off);
 	last = (end - 1) >> rfs->bbits;
@@ -290,7 +472,9 @@ ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size
 				rr_fs_unlock(rfs);
 			}
 		} else {
-			int64_t r = fill_hole(rfs, ri, buf + (pos - off), pos, end, n, root);
+			int64_t r = delay ? delay_write(rfs, ri, buf + (pos - off), pos, end, n, root) :
+				    fill_hole(rfs, ri, buf + (pos - off), pos, end, n,
+					      root ? RR_ALLOC_USE_ROOT_RESV : 0);
 
 			if (r < 0)
 				ret = (int)r;
@@ -309,6 +493,10 @@ ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size
 		*short_err = ret;
 		ret = r2;
 	}
+	/* A flush that fails here leaves the data buffered: close or fsync reports it. */
+	if (!ret && delay && (blk_start(rfs, atomic_load(&ri->dbuf.blocks)) >= DELAY_INODE_MAX ||
+			      blk_start(rfs, atomic_load(&rfs->delayed.blocks)) >= DELAY_TOTAL_MAX))
+		flush_locked(rfs, ri, 0);
 	pthread_rwlock_unlock(&ri->rw);
 	return ret ? ret : (ssize_t)(pos - off);
 }
@@ -374,6 +562,12 @@ int data_truncate(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size)
 	pthread_rwlock_wrlock(&ri->rw);
 	ret = emap_ensure(rfs, ri);
 	old = ri->size;
+	if (!ret && size < old && ri->dbuf.cnt) {
+		uint64_t before = atomic_load(&ri->dbuf.blocks);
+
+		unreserve(rfs, dbuf_truncate(&ri->dbuf, rfs->bbits, size));
+		delay_account(rfs, ri, before);
+	}
 	if (!ret && (size < old ||
 		     (size == old && mapped_from(ri, (size + rfs->bsize - 1) >> rfs->bbits)))) {
 		ret = shrink(rfs, ri, size, size != old ? data_times(rfs) : 0);
@@ -454,6 +648,8 @@ int data_fallocate(struct rr_fs *rfs, struct rr_inode *ri, int mode, uint64_t of
 
 	pthread_rwlock_wrlock(&ri->rw);
 	ret = emap_ensure(rfs, ri);
+	if (!ret && ri->dbuf.cnt)
+		ret = flush_locked(rfs, ri, 0);
 	if (ret)
 		goto out;
 	/* Whole blocks inside the range, and the block span it touches. */
@@ -510,6 +706,10 @@ int64_t data_seek(struct rr_fs *rfs, struct rr_inode *ri, uint64_t off, int when
 	int64_t ret = -ENXIO;
 	int ret2;
 
+	/* Buffered data is data: give it its blocks, and the map answers. */
+	ret2 = data_flush(rfs, ri, 0);
+	if (ret2)
+		return ret2;
 	pthread_rwlock_rdlock(&ri->rw);
 	ret2 = emap_ensure(rfs, ri);
 	size = ri->size;

@@ -550,6 +550,7 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 	pthread_mutex_init(&rfs->lock, NULL);
 	pthread_mutex_init(&rfs->commit_lock, NULL);
 	pthread_cond_init(&rfs->commit_cond, NULL);
+	pthread_mutex_init(&rfs->delayed.lock, NULL);
 
 	err = open_image(device, !ro, &devro, &fs);
 	if (devro) {
@@ -789,6 +790,10 @@ static void *commit_main(void *arg)
 		if (rfs->commit_stop)
 			break;
 		pthread_mutex_unlock(&rfs->commit_lock);
+		/* Periodic writeback: delayed data gets its blocks, then the metadata goes out. */
+		ret = data_flush_all(rfs);
+		if (ret)
+			rr_log(LOG_ERR, "writing delayed data failed: %s", strerror(-ret));
 		ret = rr_fs_commit(rfs, 1);
 		if (ret)
 			rr_log(LOG_ERR, "periodic commit failed: %s", strerror(-ret));
@@ -823,6 +828,8 @@ int rr_fs_close(struct rr_fs *rfs)
 	}
 	if (!rfs->fs)
 		return 0;
+	if (!rfs->ro && data_flush_all(rfs))
+		rr_log(LOG_ERR, "unmount: delayed data could not be written: it is lost");
 	rr_itab_destroy(rfs);
 	if (rfs->mounted) {
 		orphan_commit(rfs);

@@ -135,8 +135,9 @@ void rr_iopen(struct rr_fs *rfs, struct rr_inode *ri)
 	pthread_mutex_unlock(&rfs->itab.lock);
 }
 
-static void rr_inode_free(struct rr_inode *ri)
+static void rr_inode_free(struct rr_fs *rfs, struct rr_inode *ri)
 {
+	data_drop_delayed(rfs, ri);
 	emap_drop(ri);
 	pthread_rwlock_destroy(&ri->rw);
 	free(ri);
@@ -178,6 +179,20 @@ unsigned int rr_iguard(struct rr_fs *rfs, ext2_ino_t ino)
 	return g;
 }
 
+/* Blocks of delayed data ino holds (counted in st_blocks, as ext4 counts its delalloc blocks). */
+uint64_t rr_idelayed(struct rr_fs *rfs, ext2_ino_t ino)
+{
+	struct rr_inode *ri;
+	uint64_t n = 0;
+
+	pthread_mutex_lock(&rfs->itab.lock);
+	ri = itab_find_locked(&rfs->itab, ino);
+	if (ri)
+		n = atomic_load(&ri->dbuf.blocks);
+	pthread_mutex_unlock(&rfs->itab.lock);
+	return n;
+}
+
 /* Bump the xattr generation of ino's in-memory inode, if there is one. */
 void rr_ixattr_changed(struct rr_fs *rfs, ext2_ino_t ino)
 {
@@ -210,7 +225,7 @@ static void rr_inode_gone(struct rr_fs *rfs, struct rr_inode *ri)
 {
 	ext2_ino_t ino = ri->ino;
 
-	rr_inode_free(ri);
+	rr_inode_free(rfs, ri);
 	if (!rfs->ro)
 		inode_free_if_unlinked(rfs, ino);
 }
@@ -263,7 +278,7 @@ void rr_itab_destroy(struct rr_fs *rfs)
 			ext2_ino_t ino = ri->ino;
 
 			next = ri->hnext;
-			rr_inode_free(ri);
+			rr_inode_free(rfs, ri);
 			if (!rfs->ro)
 				inode_free_if_unlinked(rfs, ino);
 		}
@@ -411,6 +426,8 @@ void inode_stat(struct rr_fs *rfs, ext2_ino_t ino, const struct ext2_inode_large
 	st->st_size = (off_t)EXT2_I_SIZE(in);
 	st->st_blksize = rfs->bsize;
 	st->st_blocks = (blkcnt_t)ext2fs_get_stat_i_blocks(rfs->fs, (struct ext2_inode *)in);
+	if (LINUX_S_ISREG(in->i_mode))
+		st->st_blocks += (blkcnt_t)(rr_idelayed(rfs, ino) << (rfs->bbits - 9));
 	if (LINUX_S_ISCHR(in->i_mode) || LINUX_S_ISBLK(in->i_mode))
 		st->st_rdev = inode_rdev(in);
 	inode_get_time(in, RR_ATIME, &ts);

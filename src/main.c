@@ -32,6 +32,7 @@ struct cmdline {
 	int ro;
 	int norecovery;
 	int no_writeback;
+	int delalloc;
 	int discard;
 	int direct;
 	int check;
@@ -49,6 +50,8 @@ static const struct fuse_opt opt_spec[] = {
 	OPT("commit=%s", commit, 0),
 	OPT("errors=%s", errors, 0),
 	OPT("no_writeback_cache", no_writeback, 1),
+	OPT("delalloc", delalloc, 1),
+	OPT("nodelalloc", delalloc, 0),
 	OPT("discard", discard, 1),
 	OPT("nodiscard", discard, 0),
 	OPT("direct", direct, 1),
@@ -137,6 +140,10 @@ static void usage(const char *prog)
 	       "    -o errors=continue|remount-ro|panic\n"
 	       "                           what a filesystem error does (default: as the image says, tune2fs -e)\n"
 	       "    -o no_writeback_cache  do not use the kernel's writeback cache (default: use it)\n"
+	       "    -o delalloc, nodelalloc\n"
+	       "                           choose blocks for written-back pages when they are flushed (at close,\n"
+	       "                           fsync, the commit interval, or 16 MiB per file), as ext4 (default:\n"
+	       "                           delalloc; only with the writeback cache)\n"
 	       "    -o discard, nodiscard  discard blocks as they are freed (default: nodiscard; fstrim works either way)\n"
 	       "    -o direct, nodirect    file data to and from the device with O_DIRECT, not through its\n"
 	       "                           page cache (default: direct on block devices, nodirect on image files)\n"
@@ -182,7 +189,7 @@ int main(int argc, char *argv[])
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct fuse_cmdline_opts fo = { 0 };
-	struct cmdline c = { .direct = -1 };
+	struct cmdline c = { .direct = -1, .delalloc = 1 };
 	struct rr_opts opts = { .commit_secs = 5, .writeback = 1 };
 	struct fuse_session *se = NULL;
 	struct rr_fs *rfs = NULL;
@@ -237,6 +244,7 @@ int main(int argc, char *argv[])
 	opts.ro = c.ro;
 	opts.norecovery = c.norecovery;
 	opts.writeback = !c.no_writeback;
+	opts.delalloc = c.delalloc;
 	opts.direct = c.direct;
 	opts.check = c.check;
 	opts.debug = fo.debug;

@@ -400,10 +400,19 @@ static void fh_init(fuse_req_t req, struct rr_inode *ri, struct fuse_file_info *
 	rr_iopen(rr_fs_of(req), ri);
 }
 
-/* A writer's handle goes: the last one gives the file's preallocations back (as ext4_release_file). */
+/*
+ * A writer's handle goes: the last one writes the delayed data out (the
+ * file's size is final now) and gives the file's preallocations back (as
+ * ext4_release_file).  A failure here has no one to go to: the FLUSH of the
+ * close reported it, and the data stays buffered for the commit thread.
+ */
 static void fh_release(struct rr_fs *rfs, struct rr_inode *ri, struct fuse_file_info *fi)
 {
 	if ((fi->fh & RR_FH_WRITER) && atomic_fetch_sub(&ri->nwriters, 1) == 1 && rfs->alloc) {
+		int ret = data_flush(rfs, ri, 1);
+
+		if (ret)
+			rr_log(LOG_ERR, "inode %u: writing delayed data at close: %s", ri->ino, strerror(-ret));
 		rr_fs_lock(rfs);
 		rr_alloc_discard_inode(rfs->alloc, ri->ino);
 		rr_fs_unlock(rfs);
@@ -521,7 +530,8 @@ static void rr_write(fuse_req_t req, fuse_ino_t fino, const char *buf, size_t si
 	if (ri && (atomic_load(&ri->guard) & EXT2_IMMUTABLE_FL))
 		n = -EPERM;	/* made immutable after it was opened for writing */
 	else
-		n = ri ? data_write(rfs, ri, buf, size, (uint64_t)off, fh_privileged(fi), &short_err) : -EIO;
+		n = ri ? data_write(rfs, ri, buf, size, (uint64_t)off, fh_privileged(fi),
+				    fi->writepage && rfs->opts.delalloc, &short_err) : -EIO;
 	if (ri)
 		rr_iunpin(rfs, ri);
 	/*
@@ -549,15 +559,45 @@ static void rr_release(fuse_req_t req, fuse_ino_t fino, struct fuse_file_info *f
 	fuse_reply_err(req, 0);
 }
 
+/*
+ * close(): the kernel has just written the file's cached pages back.  The
+ * delayed data gets its blocks now, so that an error reaches close(); the
+ * file's size is final if this is its last writer.
+ */
+static void rr_flush(fuse_req_t req, fuse_ino_t fino, struct fuse_file_info *fi)
+{
+	struct rr_fs *rfs = rr_fs_of(req);
+	struct rr_inode *ri;
+	int ret = 0;
+
+	if (!(fi->fh & RR_FH_WRITER)) {
+		fuse_reply_err(req, 0);
+		return;
+	}
+	ri = node(rfs, fino);
+	if (ri) {
+		ret = data_flush(rfs, ri, atomic_load(&ri->nwriters) <= 1);
+		rr_iunpin(rfs, ri);
+	}
+	fuse_reply_err(req, -ret);
+}
+
 static void rr_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
-	struct fuse_session *se = rr_fs_of(req)->se;
-	int ret;
+	struct rr_fs *rfs = rr_fs_of(req);
+	struct fuse_session *se = rfs->se;
+	struct rr_inode *ri = node(rfs, ino);
+	int ret = 0;
 
 	(void)datasync;
 	(void)fi;
+	if (ri) {
+		ret = data_flush(rfs, ri, 0);
+		rr_iunpin(rfs, ri);
+	}
 	/* Inodes and maps are written through; bitmaps and counts are not. */
-	ret = rr_fs_commit(rr_fs_of(req), 1);
+	if (!ret)
+		ret = rr_fs_commit(rfs, 1);
 	/*
 	 * Writeback allocated blocks behind the kernel's cached attributes:
 	 * have it ask again, so st_blocks is right after fsync as on ext4.
@@ -692,6 +732,10 @@ static void rr_statfs(fuse_req_t req, fuse_ino_t ino)
 	(void)ino;
 	rr_fs_lock(rfs);
 	free_blocks = ext2fs_free_blocks_count(sb);
+	/* Blocks promised to delayed data are not free (ext4: free minus dirty clusters). */
+	if (rfs->alloc)
+		free_blocks -= rr_alloc_reserved(rfs->alloc) < free_blocks ?
+			       rr_alloc_reserved(rfs->alloc) : free_blocks;
 	resv = ext2fs_r_blocks_count(sb) + (rfs->alloc ? rr_alloc_meta_reserve(rfs->alloc) : 0);
 	st.f_bsize = rfs->bsize;
 	st.f_frsize = rfs->bsize;
@@ -1053,6 +1097,7 @@ const struct fuse_lowlevel_ops rr_ops = {
 	 * FLUSH (it still writes dirty pages back at close, and then drops its
 	 * cached block count).  Nothing is left to do at close here.
 	 */
+	.flush = rr_flush,
 	.release = rr_release,
 	.fsync = rr_fsync,
 	.opendir = rr_opendir,

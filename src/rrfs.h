@@ -15,6 +15,7 @@
  *                   (src/orphan.c); taken inside the fs lock only.
  *   itab.lock       the in-memory inode table, lookup and open counts.  A
  *                   leaf: nothing is taken while it is held.
+ *   delayed.lock    the list of inodes with delayed data (data.c).  A leaf.
  */
 #ifndef RRFUSE_RRFS_H
 #define RRFUSE_RRFS_H
@@ -27,6 +28,7 @@
 #include <ext2fs/ext2fs.h>
 
 #include "rrfuse/alloc.h"
+#include "dbuf.h"
 #include "orphan.h"
 
 #define RR_CACHELINE 64
@@ -57,6 +59,8 @@ struct rr_inode {
 	struct rr_emap emap;
 	uint64_t size;			/* i_size */
 	int extents;			/* EXT4_EXTENTS_FL: otherwise block-mapped */
+	/* Delayed allocation: data in holes, blocks promised, none chosen yet (under rw). */
+	struct rr_dbuf dbuf;
 	/*
 	 * The kernel asks for security.capability before every write() (to
 	 * drop privileges); it is almost never there.  caps_absent ==
@@ -85,6 +89,7 @@ struct rr_opts {
 	int ro;
 	int norecovery;
 	int writeback;		/* kernel writeback cache */
+	int delalloc;		/* delay allocating the kernel's written-back pages (-o nodelalloc: no) */
 	int direct;		/* O_DIRECT data transfers: 1, 0, -1 = on block devices */
 	int debug;
 	int check;		/* -o check: verify in-memory state against disk after changes */
@@ -123,6 +128,18 @@ struct rr_fs {
 	int commit_stop;
 	int commit_running;
 
+	/*
+	 * Inodes that may hold delayed data, for the commit thread's flush:
+	 * numbers, not pointers (an inode found again through the table is
+	 * pinned; one that went away has nothing left to flush).
+	 */
+	struct {
+		pthread_mutex_t lock;
+		ext2_ino_t *inos;
+		size_t n, cap;
+		atomic_uint_fast64_t blocks;	/* held by all inodes */
+	} delayed __attribute__((aligned(RR_CACHELINE)));
+
 	/* Orphan list: written by unlink, final release and truncate only. */
 	struct rr_orphans orphans __attribute__((aligned(RR_CACHELINE)));
 };
@@ -152,6 +169,7 @@ void rr_iunpin(struct rr_fs *rfs, struct rr_inode *ri);
 void rr_ixattr_changed(struct rr_fs *rfs, ext2_ino_t ino);
 unsigned int rr_iguard(struct rr_fs *rfs, ext2_ino_t ino);
 void rr_iput(struct rr_fs *rfs, struct rr_inode *ri, uint64_t nlookup, int close);
+uint64_t rr_idelayed(struct rr_fs *rfs, ext2_ino_t ino);
 int inode_read(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in);
 int inode_load(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in);
 int inode_write(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in);
@@ -186,9 +204,19 @@ uint64_t emap_goal(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk);
 
 /* data.c */
 ssize_t data_read(struct rr_fs *rfs, struct rr_inode *ri, char *buf, size_t size, uint64_t off);
-/* A short count comes with the reason it stopped in *short_err. */
+/*
+ * A short count comes with the reason it stopped in *short_err.  delay:
+ * the kernel's page cache writes back; holes may take the data into the
+ * inode's delayed buffer, their blocks chosen at the flush.
+ */
 ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size_t size,
-		   uint64_t off, int root, int *short_err);
+		   uint64_t off, int root, int delay, int *short_err);
+/* Give the inode's delayed data its blocks.  closed: no writer is left (its size is final). */
+int data_flush(struct rr_fs *rfs, struct rr_inode *ri, int closed);
+/* data_flush for every inode with delayed data (commit thread, unmount). */
+int data_flush_all(struct rr_fs *rfs);
+/* Forget the inode's delayed data (the inode is going). */
+void data_drop_delayed(struct rr_fs *rfs, struct rr_inode *ri);
 int data_truncate(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size);
 int data_fallocate(struct rr_fs *rfs, struct rr_inode *ri, int mode, uint64_t off, uint64_t len,
 		   int root);

@@ -27,6 +27,13 @@
 #define RR_ALLOC_METADATA	0x0002	/* extent/dir/xattr block: may use the metadata reserve */
 #define RR_ALLOC_USE_ROOT_RESV	0x0004	/* caller may use the root-reserved blocks */
 #define RR_ALLOC_HINT_ONLY	0x0008	/* pick blocks but do not account them (libext2fs will) */
+#define RR_ALLOC_RESERVED	0x0010	/* DATA: blocks rr_alloc_reserve promised (a delayed allocation) */
+/*
+ * DATA: the file is closed and the request runs to its end, so its size
+ * is final: ask for exactly that, with no preallocation (as ext4 does for
+ * a closed file's delayed allocation, ext4_mb_group_or_file).
+ */
+#define RR_ALLOC_CLOSED		0x0020
 
 /* The file's allocated blocks around a hole, for normalisation (kernel: lleft/pleft, lright/pright). */
 struct rr_alloc_nbr {
@@ -113,6 +120,17 @@ int rr_alloc_verify(struct rr_alloc *a);
  * use.  Returns 0 with *out filled (1 <= out->len <= req->len), or -ENOSPC.
  */
 int rr_alloc_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, struct rr_extent *out);
+
+/*
+ * Delayed allocation: promise up to n blocks to data that has no blocks
+ * yet (kernel: dirty clusters).  Returns how many were promised (0: none
+ * free).  Promised blocks are not available to other allocations; the
+ * flush allocates them with RR_ALLOC_RESERVED and gives the promise back
+ * with rr_alloc_unreserve, as does dropping the data.  Under the fs lock.
+ */
+uint64_t rr_alloc_reserve(struct rr_alloc *a, uint64_t n, int root);
+void rr_alloc_unreserve(struct rr_alloc *a, uint64_t n);
+uint64_t rr_alloc_reserved(struct rr_alloc *a);
 
 /* Return an extent that rr_alloc_blocks handed out and that no file references. */
 void rr_free_blocks(struct rr_alloc *a, uint64_t pblk, uint32_t len);

@@ -1,0 +1,241 @@
+// SPDX-License-Identifier: GPL-2.0
+/* A file's delayed-allocation buffer (see dbuf.h). */
+#include "dbuf.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t run_end(const struct rr_drun *r)
+{
+	return r->lblk + r->n;
+}
+
+/* The first run that ends at or after lblk (so touches or follows it); cnt if none. */
+static uint32_t first_from(const struct rr_dbuf *d, uint64_t lblk)
+{
+	uint32_t lo = 0, hi = d->cnt;
+
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+
+		if (run_end(&d->v[mid]) < lblk)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+uint64_t dbuf_missing(const struct rr_dbuf *d, uint64_t lblk, uint64_t n)
+{
+	uint64_t end = lblk + n, held = 0;
+	uint32_t i;
+
+	for (i = first_from(d, lblk); i < d->cnt && d->v[i].lblk < end; i++) {
+		uint64_t s = d->v[i].lblk > lblk ? d->v[i].lblk : lblk;
+		uint64_t e = run_end(&d->v[i]) < end ? run_end(&d->v[i]) : end;
+
+		if (e > s)
+			held += e - s;
+	}
+	return n - held;
+}
+
+uint64_t dbuf_prefix(const struct rr_dbuf *d, uint64_t lblk, uint64_t n, uint64_t missing)
+{
+	uint64_t pos = lblk, end = lblk + n;
+	uint32_t i = first_from(d, lblk);
+
+	while (pos < end) {
+		uint64_t gap_end = end, s;
+
+		while (i < d->cnt && run_end(&d->v[i]) <= pos)
+			i++;
+		if (i < d->cnt && d->v[i].lblk <= pos) {
+			/* Held: free to take. */
+			s = run_end(&d->v[i]);
+			pos = s < end ? s : end;
+			continue;
+		}
+		if (i < d->cnt && d->v[i].lblk < end)
+			gap_end = d->v[i].lblk;
+		if (gap_end - pos > missing)
+			return pos + missing - lblk;
+		missing -= gap_end - pos;
+		pos = gap_end;
+	}
+	return n;
+}
+
+/* Make room for one more run at index i. */
+static int insert_slot(struct rr_dbuf *d, uint32_t i)
+{
+	if (d->cnt == d->cap) {
+		uint32_t cap = d->cap ? d->cap * 2 : 4;
+		struct rr_drun *v = realloc(d->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		d->v = v;
+		d->cap = cap;
+	}
+	memmove(d->v + i + 1, d->v + i, (d->cnt - i) * sizeof(*d->v));
+	d->cnt++;
+	return 0;
+}
+
+/*
+ * Make the buffer hold blocks [first, end) as part of one run; returns
+ * that run's index or -ENOMEM.  New blocks are zero.
+ */
+static int64_t cover(struct rr_dbuf *d, unsigned int bbits, uint64_t first, uint64_t end)
+{
+	uint32_t i = first_from(d, first), j = i, k;
+	uint64_t s, e, had = 0;
+	struct rr_drun *r;
+	char *buf;
+
+	while (j < d->cnt && d->v[j].lblk <= end)
+		j++;
+	/* Runs i .. j-1 overlap or touch [first, end). */
+	if (i == j) {
+		buf = calloc((size_t)(end - first), (size_t)1 << bbits);
+		if (!buf || insert_slot(d, i)) {
+			free(buf);
+			return -ENOMEM;
+		}
+		d->v[i] = (struct rr_drun){ .lblk = first, .n = (uint32_t)(end - first),
+					    .cap = (uint32_t)(end - first), .buf = buf };
+		atomic_fetch_add(&d->blocks, end - first);
+		return i;
+	}
+	r = &d->v[i];
+	if (j == i + 1 && r->lblk <= first) {
+		/* One run, grown at its end only: the case of a file written in order. */
+		uint64_t n = end > run_end(r) ? end - r->lblk : r->n;
+
+		if (n > r->cap) {
+			uint64_t cap = n > 2ULL * r->cap ? n : 2ULL * r->cap;
+
+			if (cap > UINT32_MAX)
+				cap = n;
+			buf = realloc(r->buf, (size_t)cap << bbits);
+			if (!buf)
+				return -ENOMEM;
+			r->buf = buf;
+			r->cap = (uint32_t)cap;
+		}
+		if (n > r->n) {
+			memset(r->buf + ((size_t)r->n << bbits), 0, (size_t)(n - r->n) << bbits);
+			atomic_fetch_add(&d->blocks, n - r->n);
+			r->n = (uint32_t)n;
+		}
+		return i;
+	}
+	/* Several runs, or one grown at its front: join them in a new buffer. */
+	s = first < r->lblk ? first : r->lblk;
+	e = end > run_end(&d->v[j - 1]) ? end : run_end(&d->v[j - 1]);
+	buf = calloc((size_t)(e - s), (size_t)1 << bbits);
+	if (!buf)
+		return -ENOMEM;
+	for (k = i; k < j; k++) {
+		memcpy(buf + ((size_t)(d->v[k].lblk - s) << bbits), d->v[k].buf, (size_t)d->v[k].n << bbits);
+		had += d->v[k].n;
+		free(d->v[k].buf);
+	}
+	memmove(d->v + i + 1, d->v + j, (d->cnt - j) * sizeof(*d->v));
+	d->cnt -= j - i - 1;
+	d->v[i] = (struct rr_drun){ .lblk = s, .n = (uint32_t)(e - s), .cap = (uint32_t)(e - s), .buf = buf };
+	atomic_fetch_add(&d->blocks, e - s - had);
+	return i;
+}
+
+int dbuf_write(struct rr_dbuf *d, unsigned int bbits, uint64_t pos, const char *src, uint64_t len)
+{
+	uint64_t first = pos >> bbits, end = ((pos + len - 1) >> bbits) + 1;
+	int64_t i;
+
+	if (!len)
+		return 0;
+	i = cover(d, bbits, first, end);
+	if (i < 0)
+		return (int)i;
+	memcpy(d->v[i].buf + (pos - (d->v[i].lblk << bbits)), src, (size_t)len);
+	return 0;
+}
+
+void dbuf_read(const struct rr_dbuf *d, unsigned int bbits, uint64_t pos, char *dst, uint64_t len)
+{
+	uint64_t end = pos + len;
+	uint32_t i;
+
+	memset(dst, 0, (size_t)len);
+	for (i = first_from(d, pos >> bbits); i < d->cnt; i++) {
+		uint64_t rs = d->v[i].lblk << bbits, re = run_end(&d->v[i]) << bbits;
+		uint64_t s = rs > pos ? rs : pos, e = re < end ? re : end;
+
+		if (rs >= end)
+			break;
+		if (e > s)
+			memcpy(dst + (s - pos), d->v[i].buf + (s - rs), (size_t)(e - s));
+	}
+}
+
+uint64_t dbuf_truncate(struct rr_dbuf *d, unsigned int bbits, uint64_t size)
+{
+	uint64_t keep = (size + ((uint64_t)1 << bbits) - 1) >> bbits, dropped = 0;
+	uint64_t tail = size & (((uint64_t)1 << bbits) - 1);
+
+	while (d->cnt && run_end(&d->v[d->cnt - 1]) > keep) {
+		struct rr_drun *r = &d->v[d->cnt - 1];
+
+		if (r->lblk >= keep) {
+			dropped += r->n;
+			free(r->buf);
+			d->cnt--;
+		} else {
+			dropped += run_end(r) - keep;
+			r->n = (uint32_t)(keep - r->lblk);
+		}
+	}
+	if (tail && d->cnt && run_end(&d->v[d->cnt - 1]) == keep) {
+		struct rr_drun *r = &d->v[d->cnt - 1];
+
+		memset(r->buf + ((size_t)(keep - 1 - r->lblk) << bbits) + tail, 0,
+		       (size_t)(((uint64_t)1 << bbits) - tail));
+	}
+	atomic_fetch_sub(&d->blocks, dropped);
+	return dropped;
+}
+
+void dbuf_consume(struct rr_dbuf *d, unsigned int bbits, uint32_t i, uint32_t n)
+{
+	struct rr_drun *r = &d->v[i];
+
+	if (n >= r->n) {
+		n = r->n;
+		free(r->buf);
+		memmove(d->v + i, d->v + i + 1, (d->cnt - i - 1) * sizeof(*d->v));
+		d->cnt--;
+	} else {
+		memmove(r->buf, r->buf + ((size_t)n << bbits), (size_t)(r->n - n) << bbits);
+		r->lblk += n;
+		r->n -= n;
+	}
+	atomic_fetch_sub(&d->blocks, n);
+}
+
+uint64_t dbuf_clear(struct rr_dbuf *d)
+{
+	uint64_t n = atomic_load(&d->blocks);
+	uint32_t i;
+
+	for (i = 0; i < d->cnt; i++)
+		free(d->v[i].buf);
+	free(d->v);
+	d->v = NULL;
+	d->cnt = d->cap = 0;
+	atomic_store(&d->blocks, 0);
+	return n;
+}
