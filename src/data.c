@@ -11,10 +11,13 @@
  * Delayed allocation (as ext4's delalloc): pages the kernel's cache writes
  * back into holes go to the inode's buffer (dbuf.h) with their blocks
  * promised (rr_alloc_reserve), so a full filesystem still fails the WRITE.
- * Blocks are chosen when the data is flushed: at close (the file's size is
- * then final and the allocator asks for exactly that), fsync, the commit
- * thread's tick, a buffer grown past DELAY_INODE_MAX or DELAY_TOTAL_MAX,
- * and before anything else maps blocks (direct writes, fallocate, seek).
+ * Blocks are chosen when the data is flushed: at the release of the last
+ * writer (the file's size is then final and the allocator asks for exactly
+ * that), fsync, the commit thread's tick, a buffer grown past
+ * DELAY_INODE_MAX or DELAY_TOTAL_MAX, and before anything else maps blocks
+ * (direct writes, fallocate, seek).  Not at FLUSH: every close() of every
+ * descriptor sends one, also the copies a fork() and exec() close, while
+ * the file stays open.
  * Buffered blocks sit in holes of the map only.
  *
  * Freshly allocated and unwritten blocks are written whole, the bytes the
@@ -225,6 +228,9 @@ static int64_t fill_hole(struct rr_fs *rfs, struct rr_inode *ri, const char *src
 	rr_fs_lock(rfs);
 	emap_alloc_hint(rfs, ri, lblk, &req);
 	ret = rr_alloc_blocks(rfs->alloc, &req, &ex);
+	/* Promised blocks turn into chosen ones in one step: statfs never counts both. */
+	if (!ret && (flags & RR_ALLOC_RESERVED))
+		rr_alloc_unreserve(rfs->alloc, ex.len);
 	rr_fs_unlock(rfs);
 	if (ret)
 		return ret;
@@ -237,10 +243,12 @@ static int64_t fill_hole(struct rr_fs *rfs, struct rr_inode *ri, const char *src
 		ret = inode_load(rfs, ri->ino, &in);
 	if (!ret)
 		ret = emap_map(rfs, ri, &in, lblk, ex.pblk, ex.len);
-	if (ret)
+	if (ret) {
 		rr_free_blocks(rfs->alloc, ex.pblk, ex.len);
-	else if (flags & RR_ALLOC_RESERVED)
-		rr_alloc_unreserve(rfs->alloc, ex.len);
+		/* The data stays buffered: promise its blocks again (they were just freed). */
+		if (flags & RR_ALLOC_RESERVED)
+			rr_alloc_reserve(rfs->alloc, ex.len, 1);
+	}
 	rr_fs_unlock(rfs);
 	return ret ? ret : (int64_t)seg_end;
 }

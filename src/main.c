@@ -141,7 +141,7 @@ static void usage(const char *prog)
 	       "                           what a filesystem error does (default: as the image says, tune2fs -e)\n"
 	       "    -o no_writeback_cache  do not use the kernel's writeback cache (default: use it)\n"
 	       "    -o delalloc, nodelalloc\n"
-	       "                           choose blocks for written-back pages when they are flushed (at close,\n"
+	       "                           choose blocks for written-back pages when they are flushed (last close,\n"
 	       "                           fsync, the commit interval, or 16 MiB per file), as ext4 (default:\n"
 	       "                           delalloc; only with the writeback cache)\n"
 	       "    -o discard, nodiscard  discard blocks as they are freed (default: nodiscard; fstrim works either way)\n"

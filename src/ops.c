@@ -403,8 +403,9 @@ static void fh_init(fuse_req_t req, struct rr_inode *ri, struct fuse_file_info *
 /*
  * A writer's handle goes: the last one writes the delayed data out (the
  * file's size is final now) and gives the file's preallocations back (as
- * ext4_release_file).  A failure here has no one to go to: the FLUSH of the
- * close reported it, and the data stays buffered for the commit thread.
+ * ext4_release_file).  A failure here has no one to tell (as ext4's
+ * writeback errors, fsync reports them): the data stays buffered, and the
+ * commit thread tries again.
  */
 static void fh_release(struct rr_fs *rfs, struct rr_inode *ri, struct fuse_file_info *fi)
 {
@@ -557,29 +558,6 @@ static void rr_release(fuse_req_t req, fuse_ino_t fino, struct fuse_file_info *f
 		rr_iunpin(rfs, ri);
 	}
 	fuse_reply_err(req, 0);
-}
-
-/*
- * close(): the kernel has just written the file's cached pages back.  The
- * delayed data gets its blocks now, so that an error reaches close(); the
- * file's size is final if this is its last writer.
- */
-static void rr_flush(fuse_req_t req, fuse_ino_t fino, struct fuse_file_info *fi)
-{
-	struct rr_fs *rfs = rr_fs_of(req);
-	struct rr_inode *ri;
-	int ret = 0;
-
-	if (!(fi->fh & RR_FH_WRITER)) {
-		fuse_reply_err(req, 0);
-		return;
-	}
-	ri = node(rfs, fino);
-	if (ri) {
-		ret = data_flush(rfs, ri, atomic_load(&ri->nwriters) <= 1);
-		rr_iunpin(rfs, ri);
-	}
-	fuse_reply_err(req, -ret);
 }
 
 static void rr_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
@@ -1097,7 +1075,6 @@ const struct fuse_lowlevel_ops rr_ops = {
 	 * FLUSH (it still writes dirty pages back at close, and then drops its
 	 * cached block count).  Nothing is left to do at close here.
 	 */
-	.flush = rr_flush,
 	.release = rr_release,
 	.fsync = rr_fsync,
 	.opendir = rr_opendir,
