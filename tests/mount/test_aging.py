@@ -23,25 +23,25 @@ were never allocated, the survivors are laid out at once, in order):
   The kernel then mostly allocates files that are closed, and for a closed
   file written to its end ext4 asks for exactly its size with no
   preallocation (ext4_mb_group_or_file), which can fill any hole that holds
-  it.  rrfuse allocates at FUSE write time, before the close, so it cannot
-  know the final size.
+  it.  rrfuse does the same since it delays allocation (src/data.c): the
+  pages the kernel writes back wait in the daemon until the last writer's
+  release.
 
 Asserted: rrfuse's free extents <= FREE_EXTENTS_RATIO x the kernel's +
 FREE_EXTENTS_SLACK.  The margin is about the kernel's own spread between
 repeats of one seed in the fsync mode (241 .. 247 free extents for seed 1,
 some 3 %), so 1.1x plus a few extents: losing the locality group went
 past it (mb_group_prealloc=0, measured before the first-window change:
-297/324 against 243/269).  The syncfs mode spreads more (seed 1: 99 .. 114).
+297/324 against 243/269).  The syncfs mode spreads more (seed 1: 93 .. 114).
 
-Observed, free extents for seeds 1-6, kernel / rrfuse:
-  fsync   244/183 267/209 272/224 287/218 310/230 234/209
-  syncfs  103/176 143/211 154/233 154/223 158/232 137/195
-Before a file's first window tried its goal group first (regular.c):
-rrfuse fsync 244 267 274 288 320 248 (on par), syncfs 243 256 273 286 318
-236 (about 2x the kernel).  The syncfs case is still 1.4-1.7x the kernel's,
-outside the margin: it is marked xfail until rrfuse delays allocation like
-the kernel.  (Not aligning first windows at all gets it to 1.2-1.3x, but
-costs interleaved streams 14 % of their write speed: see regular.c.)
+Observed, free extents for seeds 1-6, kernel / rrfuse (2026-12-03, with
+delayed allocation):
+  fsync   242/125 273/156 274/168 290/180 315/168 235/143
+  syncfs   93/95  137/117 151/140 148/134 155/136 138/118
+Allocating at write time instead (before delayed allocation, or -o
+nodelalloc) the syncfs mode was 1.4-1.7x the kernel's (103/176 143/211
+154/233 154/223 158/232 137/195), and before a file's first window tried
+its goal group first about 2x.
 """
 
 import os
