@@ -5,6 +5,31 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define MIN_MAP (64u << 10)
+
+static size_t page_round(size_t bytes)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+
+	if (bytes < MIN_MAP)
+		bytes = MIN_MAP;
+	return (bytes + pg - 1) & ~(pg - 1);
+}
+
+static char *mem_new(size_t bytes)
+{
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	return p == MAP_FAILED ? NULL : p;
+}
+
+static void mem_free(struct rr_drun *r)
+{
+	munmap(r->buf, r->mapped);
+}
 
 static uint64_t run_end(const struct rr_drun *r)
 {
@@ -100,13 +125,16 @@ static int64_t cover(struct rr_dbuf *d, unsigned int bbits, uint64_t first, uint
 		j++;
 	/* Runs i .. j-1 overlap or touch [first, end). */
 	if (i == j) {
-		buf = calloc((size_t)(end - first), (size_t)1 << bbits);
+		size_t mapped = page_round((size_t)(end - first) << bbits);
+
+		buf = mem_new(mapped);
 		if (!buf || insert_slot(d, i)) {
-			free(buf);
+			if (buf)
+				munmap(buf, mapped);
 			return -ENOMEM;
 		}
 		d->v[i] = (struct rr_drun){ .lblk = first, .n = (uint32_t)(end - first),
-					    .cap = (uint32_t)(end - first), .buf = buf };
+					    .hw = (uint32_t)(end - first), .mapped = mapped, .buf = buf };
 		atomic_fetch_add(&d->blocks, end - first);
 		return i;
 	}
@@ -115,38 +143,48 @@ static int64_t cover(struct rr_dbuf *d, unsigned int bbits, uint64_t first, uint
 		/* One run, grown at its end only: the case of a file written in order. */
 		uint64_t n = end > run_end(r) ? end - r->lblk : r->n;
 
-		if (n > r->cap) {
-			uint64_t cap = n > 2ULL * r->cap ? n : 2ULL * r->cap;
+		if ((n << bbits) > r->mapped) {
+			size_t mapped = page_round((size_t)n << bbits > 2 * r->mapped ?
+						   (size_t)n << bbits : 2 * r->mapped);
+			void *p = mremap(r->buf, r->mapped, mapped, MREMAP_MAYMOVE);
 
-			if (cap > UINT32_MAX)
-				cap = n;
-			buf = realloc(r->buf, (size_t)cap << bbits);
-			if (!buf)
+			if (p == MAP_FAILED)
 				return -ENOMEM;
-			r->buf = buf;
-			r->cap = (uint32_t)cap;
+			r->buf = p;
+			r->mapped = mapped;
 		}
 		if (n > r->n) {
-			memset(r->buf + ((size_t)r->n << bbits), 0, (size_t)(n - r->n) << bbits);
+			/* Blocks used before (a truncate, a flush) hold old bytes; the rest is still zero. */
+			if (r->hw > r->n)
+				memset(r->buf + ((size_t)r->n << bbits), 0,
+				       (size_t)((n < r->hw ? n : r->hw) - r->n) << bbits);
+			if (n > r->hw)
+				r->hw = (uint32_t)n;
 			atomic_fetch_add(&d->blocks, n - r->n);
 			r->n = (uint32_t)n;
 		}
 		return i;
 	}
-	/* Several runs, or one grown at its front: join them in a new buffer. */
+	/* Several runs, or one grown at its front: join them in a new mapping. */
 	s = first < r->lblk ? first : r->lblk;
 	e = end > run_end(&d->v[j - 1]) ? end : run_end(&d->v[j - 1]);
-	buf = calloc((size_t)(e - s), (size_t)1 << bbits);
-	if (!buf)
-		return -ENOMEM;
-	for (k = i; k < j; k++) {
-		memcpy(buf + ((size_t)(d->v[k].lblk - s) << bbits), d->v[k].buf, (size_t)d->v[k].n << bbits);
-		had += d->v[k].n;
-		free(d->v[k].buf);
+	{
+		size_t mapped = page_round((size_t)(e - s) << bbits);
+
+		buf = mem_new(mapped);
+		if (!buf)
+			return -ENOMEM;
+		for (k = i; k < j; k++) {
+			memcpy(buf + ((size_t)(d->v[k].lblk - s) << bbits), d->v[k].buf,
+			       (size_t)d->v[k].n << bbits);
+			had += d->v[k].n;
+			mem_free(&d->v[k]);
+		}
+		memmove(d->v + i + 1, d->v + j, (d->cnt - j) * sizeof(*d->v));
+		d->cnt -= j - i - 1;
+		d->v[i] = (struct rr_drun){ .lblk = s, .n = (uint32_t)(e - s), .hw = (uint32_t)(e - s),
+					    .mapped = mapped, .buf = buf };
 	}
-	memmove(d->v + i + 1, d->v + j, (d->cnt - j) * sizeof(*d->v));
-	d->cnt -= j - i - 1;
-	d->v[i] = (struct rr_drun){ .lblk = s, .n = (uint32_t)(e - s), .cap = (uint32_t)(e - s), .buf = buf };
 	atomic_fetch_add(&d->blocks, e - s - had);
 	return i;
 }
@@ -192,7 +230,7 @@ uint64_t dbuf_truncate(struct rr_dbuf *d, unsigned int bbits, uint64_t size)
 
 		if (r->lblk >= keep) {
 			dropped += r->n;
-			free(r->buf);
+			mem_free(r);
 			d->cnt--;
 		} else {
 			dropped += run_end(r) - keep;
@@ -215,7 +253,7 @@ void dbuf_consume(struct rr_dbuf *d, unsigned int bbits, uint32_t i, uint32_t n)
 
 	if (n >= r->n) {
 		n = r->n;
-		free(r->buf);
+		mem_free(r);
 		memmove(d->v + i, d->v + i + 1, (d->cnt - i - 1) * sizeof(*d->v));
 		d->cnt--;
 	} else {
@@ -232,7 +270,7 @@ uint64_t dbuf_clear(struct rr_dbuf *d)
 	uint32_t i;
 
 	for (i = 0; i < d->cnt; i++)
-		free(d->v[i].buf);
+		mem_free(&d->v[i]);
 	free(d->v);
 	d->v = NULL;
 	d->cnt = d->cap = 0;

@@ -13,12 +13,19 @@
 #define RRFUSE_DBUF_H
 
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 
+/*
+ * A run's memory is its own anonymous mapping: page aligned (so a device
+ * opened O_DIRECT takes it without a bounce), grown by mremap without a
+ * copy, zero where never written, and back to the system when freed.
+ */
 struct rr_drun {
 	uint64_t lblk;
 	uint32_t n;		/* blocks held */
-	uint32_t cap;		/* blocks buf has room for */
+	uint32_t hw;		/* blocks of buf ever used: past it the memory is still zero */
+	size_t mapped;		/* bytes mapped at buf */
 	char *buf;
 };
 

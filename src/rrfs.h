@@ -15,7 +15,8 @@
  *                   (src/orphan.c); taken inside the fs lock only.
  *   itab.lock       the in-memory inode table, lookup and open counts.  A
  *                   leaf: nothing is taken while it is held.
- *   delayed.lock    the list of inodes with delayed data (data.c).  A leaf.
+ *   delayed.lock    the list of inodes with delayed data (data.c); only
+ *                   itab.lock is taken inside it.
  */
 #ifndef RRFUSE_RRFS_H
 #define RRFUSE_RRFS_H
@@ -61,6 +62,8 @@ struct rr_inode {
 	int extents;			/* EXT4_EXTENTS_FL: otherwise block-mapped */
 	/* Delayed allocation: data in holes, blocks promised, none chosen yet (under rw). */
 	struct rr_dbuf dbuf;
+	/* Outgrew the buffer while open: writes allocate at once until the last writer goes. */
+	atomic_int streaming;
 	/*
 	 * The kernel asks for security.capability before every write() (to
 	 * drop privileges); it is almost never there.  caps_absent ==
@@ -215,7 +218,7 @@ ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size
 int data_flush(struct rr_fs *rfs, struct rr_inode *ri, int closed);
 /* data_flush for every inode with delayed data (commit thread, unmount). */
 int data_flush_all(struct rr_fs *rfs);
-/* Forget the inode's delayed data (the inode is going). */
+/* Forget the inode's delayed data: the in-memory inode is going (logged unless it was unlinked). */
 void data_drop_delayed(struct rr_fs *rfs, struct rr_inode *ri);
 int data_truncate(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size);
 int data_fallocate(struct rr_fs *rfs, struct rr_inode *ri, int mode, uint64_t off, uint64_t len,

@@ -200,10 +200,22 @@ def test_truncate_and_unlink_give_the_promise_back():
             assert os.pread(fd, 2 * MIB, 0) == data[:MIB + 10]
             # Grown again: the cut-off tail reads as zeros, not as the old bytes.
             os.ftruncate(fd, 2 * MIB)
-            assert os.pread(fd, 2 * MIB, 0) == data[:MIB + 10] + bytes(MIB - 10)
+            data = data[:MIB + 10] + bytes(MIB - 10)
+            assert os.pread(fd, 2 * MIB, 0) == data
+            os.pwrite(fd, b"r" * 4096, 8192)
+            write_back(fd)
+            data = data[:8192] + b"r" * 4096 + data[8192 + 4096:]
+            rfd = os.open(m.path("f"), os.O_RDONLY)
             os.unlink(m.path("f"))
         finally:
             os.close(fd)
+        # Unlinked, no writer left: never given blocks, but a reader still reads it.
+        try:
+            time.sleep(0.2)
+            os.posix_fadvise(rfd, 0, 0, os.POSIX_FADV_DONTNEED)
+            assert os.pread(rfd, 3 * MIB, 0) == data
+        finally:
+            os.close(rfd)
         wait_for(lambda: free_blocks(m.mnt) == base)
         assert free_blocks(m.mnt) == base
         m.unmount()

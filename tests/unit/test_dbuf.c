@@ -43,7 +43,8 @@ static void check_same(const struct rr_dbuf *d, const struct model *m)
 	ck_assert(!memcmp(got, m->bytes, sizeof(got)));
 	/* Sorted, apart, sized. */
 	for (i = 0; i < d->cnt; i++) {
-		ck_assert_uint_ge(d->v[i].cap, d->v[i].n);
+		ck_assert_uint_ge(d->v[i].mapped, (size_t)d->v[i].n << BB);
+		ck_assert_uint_ge(d->v[i].hw, d->v[i].n);
 		ck_assert_uint_gt(d->v[i].n, 0);
 		if (i)
 			ck_assert_uint_gt(d->v[i].lblk, d->v[i - 1].lblk + d->v[i - 1].n);
