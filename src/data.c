@@ -14,8 +14,8 @@
  * Blocks are chosen when the data is flushed: at the release of the last
  * writer (the file's size is then final and the allocator asks for exactly
  * that), fsync, the commit thread's tick, a buffer grown past
- * DELAY_INODE_MAX or DELAY_TOTAL_MAX, and before anything else maps blocks
- * (direct writes, fallocate, seek).  Not at FLUSH: every close() of every
+ * DELAY_INODE_MAX (the file is a stream from then on) or DELAY_TOTAL_MAX,
+ * and before anything else maps blocks (direct writes, fallocate, seek).  Not at FLUSH: every close() of every
  * descriptor sends one, also the copies a fork() and exec() close, while
  * the file stays open.
  * Buffered blocks sit in holes of the map only.

@@ -36,8 +36,8 @@ past it (mb_group_prealloc=0, measured before the first-window change:
 
 Observed, free extents for seeds 1-6, kernel / rrfuse (2026-12-03, with
 delayed allocation):
-  fsync   242/125 273/156 274/168 290/180 315/168 235/143
-  syncfs   93/95  137/117 151/140 148/134 155/136 138/118
+  fsync   241/129 269/148 276/178 293/171 311/161 239/150
+  syncfs  106/90  136/117 154/130 157/135 151/134 136/116
 Allocating at write time instead (before delayed allocation, or -o
 nodelalloc) the syncfs mode was 1.4-1.7x the kernel's (103/176 143/211
 154/233 154/223 158/232 137/195), and before a file's first window tried

@@ -166,6 +166,37 @@ def test_fsync_gives_blocks():
     assert rc == 0, out
 
 
+def test_a_stream_is_allocated_as_it_arrives():
+    """Past 8 MiB an open file is a stream: written at once, not copied
+    through the buffer; its last close makes the next writer buffer again."""
+    image = make_image(size="256M")
+    m = Mount(image, opts="commit=0").mount()
+    try:
+        data = pattern(20 * MIB, 9)
+        fd = os.open(m.path("s"), os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            for off in range(0, len(data), MIB):
+                os.pwrite(fd, data[off:off + MIB], off)
+                write_back(fd)
+            # All of it has blocks, the file still open, no fsync.
+            assert sum(e[1] for e in extents(image, "s")) == 5120
+            assert os.pread(fd, len(data), 0) == data
+        finally:
+            os.close(fd)
+        with open(m.path("s"), "ab") as f:
+            f.write(b"t" * 8192)
+            f.flush()
+            write_back(f.fileno())
+            assert sum(e[1] for e in extents(image, "s")) == 5120
+        wait_for(lambda: sum(e[1] for e in extents(image, "s")) == 5122)
+        assert sum(e[1] for e in extents(image, "s")) == 5122
+        m.unmount()
+    finally:
+        m.cleanup()
+    rc, out = fsck(image)
+    assert rc == 0, out
+
+
 def test_nodelalloc_allocates_at_write_back():
     image = make_image(size="256M")
     m = Mount(image, opts="commit=0,nodelalloc").mount()
