@@ -49,6 +49,7 @@ static const char zero_block[65536];
  */
 #define DELAY_INODE_MAX (8ULL << 20)
 #define DELAY_TOTAL_MAX (256ULL << 20)
+#define DELAY_RUNS_MAX 1024
 
 /* Largest file an extent-mapped inode can address: 2^32 blocks. */
 static uint64_t max_size(struct rr_fs *rfs)
@@ -335,6 +336,9 @@ static int64_t delay_write(struct rr_fs *rfs, struct rr_inode *ri, const char *s
 
 	if (n > UINT32_MAX / 2)
 		n = UINT32_MAX / 2;
+	/* Each run is a mapping: scattered writes must not use up the process's. */
+	if (ri->dbuf.cnt >= DELAY_RUNS_MAX)
+		return -ENOMEM;
 	want = dbuf_missing(&ri->dbuf, lblk, n);
 	if (want) {
 		rr_fs_lock(rfs);
@@ -524,6 +528,16 @@ ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size
 				    fill_hole(rfs, ri, buf + (pos - off), pos, end, n,
 					      root ? RR_ALLOC_USE_ROOT_RESV : 0);
 
+			/*
+			 * No memory for the buffer (or too many runs for one
+			 * file): what it holds goes out, and this write after
+			 * it, at once; the map is looked up again.
+			 */
+			if (r == -ENOMEM && delay) {
+				delay = 0;
+				ret = flush_locked(rfs, ri, 0);
+				continue;
+			}
 			if (r < 0)
 				ret = (int)r;
 			else
