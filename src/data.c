@@ -446,12 +446,11 @@ int data_flush_all(struct rr_fs *rfs)
 
 void data_drop_delayed(struct rr_fs *rfs, struct rr_inode *ri)
 {
-	uint64_t before = atomic_load(&ri->dbuf.blocks), n;
+	uint64_t before = atomic_load(&ri->dbuf.blocks), n = dbuf_clear(&ri->dbuf);
 	struct ext2_inode_large in;
 
-	if (!before)
+	if (!n)
 		return;
-	n = dbuf_clear(&ri->dbuf);
 	if (inode_read(rfs, ri->ino, &in) || in.i_links_count)
 		rr_log(LOG_ERR, "inode %u: %llu blocks of written data dropped: they never got blocks on disk",
 		       ri->ino, (unsigned long long)n);
