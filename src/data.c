@@ -372,6 +372,9 @@ static int flush_locked(struct rr_fs *rfs, struct rr_inode *ri, int closed)
 	unsigned int flags = RR_ALLOC_RESERVED | RR_ALLOC_USE_ROOT_RESV | (closed ? RR_ALLOC_CLOSED : 0);
 	int ret = 0;
 
+	/* After errors=remount-ro nothing changes any more, as ext4's writeback then fails. */
+	if (ri->dbuf.cnt && atomic_load(&rfs->ro))
+		return -EROFS;
 	while (ri->dbuf.cnt && !ret) {
 		struct rr_drun *r = &ri->dbuf.v[0];
 		uint64_t pos = blk_start(rfs, r->lblk), before = atomic_load(&ri->dbuf.blocks);

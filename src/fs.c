@@ -831,6 +831,8 @@ int rr_fs_close(struct rr_fs *rfs)
 	if (!rfs->ro && data_flush_all(rfs))
 		rr_log(LOG_ERR, "unmount: delayed data could not be written: it is lost");
 	rr_itab_destroy(rfs);
+	free(rfs->delayed.inos);
+	rfs->delayed.inos = NULL;
 	if (rfs->mounted) {
 		orphan_commit(rfs);
 		if (rfs->fs->super->s_last_orphan || rfs->orphans.of_used)
