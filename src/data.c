@@ -15,10 +15,10 @@
  * writer (the file's size is then final and the allocator asks for exactly
  * that), fsync, the commit thread's tick, a buffer grown past
  * DELAY_INODE_MAX (the file is a stream from then on) or DELAY_TOTAL_MAX,
- * and before anything else maps blocks (direct writes, fallocate, seek).  Not at FLUSH: every close() of every
- * descriptor sends one, also the copies a fork() and exec() close, while
- * the file stays open.
- * Buffered blocks sit in holes of the map only.
+ * and before anything else maps blocks (direct writes, fallocate, seek).
+ * Not at FLUSH: every close() of every descriptor sends one, also the
+ * copies a fork() and exec() close, while the file stays open.  Buffered
+ * blocks sit in holes of the map only.
  *
  * Freshly allocated and unwritten blocks are written whole, the bytes the
  * caller did not supply as zeros, before the map that exposes them reaches
@@ -558,11 +558,13 @@ ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size
 		ret = r2;
 	}
 	/* A flush that fails here leaves the data buffered: fsync reports it. */
-	if (!ret && delay && blk_start(rfs, atomic_load(&ri->dbuf.blocks)) >= DELAY_INODE_MAX) {
-		atomic_store(&ri->streaming, 1);
-		flush_locked(rfs, ri, 0);
-	} else if (!ret && delay && blk_start(rfs, atomic_load(&rfs->delayed.blocks)) >= DELAY_TOTAL_MAX) {
-		flush_locked(rfs, ri, 0);
+	if (!ret && delay) {
+		int stream = blk_start(rfs, atomic_load(&ri->dbuf.blocks)) >= DELAY_INODE_MAX;
+
+		if (stream)
+			atomic_store(&ri->streaming, 1);
+		if (stream || blk_start(rfs, atomic_load(&rfs->delayed.blocks)) >= DELAY_TOTAL_MAX)
+			flush_locked(rfs, ri, 0);
 	}
 	pthread_rwlock_unlock(&ri->rw);
 	return ret ? ret : (ssize_t)(pos - off);

@@ -426,7 +426,8 @@ void inode_stat(struct rr_fs *rfs, ext2_ino_t ino, const struct ext2_inode_large
 	st->st_size = (off_t)EXT2_I_SIZE(in);
 	st->st_blksize = rfs->bsize;
 	st->st_blocks = (blkcnt_t)ext2fs_get_stat_i_blocks(rfs->fs, (struct ext2_inode *)in);
-	if (LINUX_S_ISREG(in->i_mode))
+	/* The table lookup only while some file holds delayed data: stat is a hot path. */
+	if (LINUX_S_ISREG(in->i_mode) && atomic_load(&rfs->delayed.blocks))
 		st->st_blocks += (blkcnt_t)(rr_idelayed(rfs, ino) << (rfs->bbits - 9));
 	if (LINUX_S_ISCHR(in->i_mode) || LINUX_S_ISBLK(in->i_mode))
 		st->st_rdev = inode_rdev(in);

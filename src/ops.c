@@ -705,15 +705,14 @@ static void rr_statfs(fuse_req_t req, fuse_ino_t ino)
 	struct rr_fs *rfs = rr_fs_of(req);
 	struct ext2_super_block *sb = rfs->fs->super;
 	struct statvfs st = { 0 };
-	uint64_t free_blocks, resv;
+	uint64_t free_blocks, resv, promised;
 
 	(void)ino;
 	rr_fs_lock(rfs);
 	free_blocks = ext2fs_free_blocks_count(sb);
 	/* Blocks promised to delayed data are not free (ext4: free minus dirty clusters). */
-	if (rfs->alloc)
-		free_blocks -= rr_alloc_reserved(rfs->alloc) < free_blocks ?
-			       rr_alloc_reserved(rfs->alloc) : free_blocks;
+	promised = rfs->alloc ? rr_alloc_reserved(rfs->alloc) : 0;
+	free_blocks = free_blocks > promised ? free_blocks - promised : 0;
 	resv = ext2fs_r_blocks_count(sb) + (rfs->alloc ? rr_alloc_meta_reserve(rfs->alloc) : 0);
 	st.f_bsize = rfs->bsize;
 	st.f_frsize = rfs->bsize;
