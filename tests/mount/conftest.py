@@ -48,6 +48,7 @@ as_user         function scope: callable(fn_or_cmd, uid=65534, gid=65534, **kw)
 import errno
 import hashlib
 import os
+import re
 import pickle
 import shutil
 import stat
@@ -235,6 +236,27 @@ def debugfs(image, *cmds, write=False):
                        stderr=subprocess.PIPE, text=True)
     assert r.returncode == 0, "debugfs %s: %s" % (cmds, r.stderr)
     return r.stdout
+
+
+def leaf_extents(image, name):
+    """Leaf extents of /name as (logical start, physical start, length), from
+    debugfs 'ex' (lines whose level equals the depth; a one-block extent is
+    printed without its "lo - hi" ranges)."""
+    out = []
+    for line in debugfs(image, "ex /" + name).splitlines()[1:]:
+        f = line.replace("/", " / ").split()     # " 1/ 1   1/ 55  0 - 2047  4385 - 6432  2048"
+        if len(f) >= 3 and f[1] == "/" and f[0] == f[2]:
+            nums = [int(x) for x in f[6:] if x.isdigit()]
+            out.append((nums[0], nums[1], 1) if len(nums) == 3 else (nums[0], nums[2], nums[4]))
+    return out
+
+
+def image_blocks(image):
+    """(block count, free blocks, block size) from the superblock."""
+    out = subprocess.run(["dumpe2fs", "-h", image], capture_output=True, text=True,
+                         check=True).stdout
+    return tuple(int(re.search(r"^%s:\s+(\d+)" % k, out, re.M).group(1))
+                 for k in ("Block count", "Free blocks", "Block size"))
 
 
 def fsck(image):
@@ -648,6 +670,17 @@ def check_mount(m, kernel_cross_check=True):
 
 
 # ----------------------------------------------------------------- fixtures
+
+def kill_daemon(m):
+    """SIGKILL rrfuse: the image keeps what it wrote, nothing more."""
+    m.proc.kill()
+    m.proc.wait()
+    m.proc = None
+    subprocess.run(["fusermount3", "-uz", m.mnt], stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    m.mounted = False
+    m._close_log()
+
 
 def run_mounted(image, workload, opts="", kernel=False):
     """Mount, run workload(mnt), unmount (daemon exit 0), e2fsck -fn clean;

@@ -51,7 +51,7 @@ import subprocess
 
 import pytest
 
-from conftest import loop_works, make_image, run_mounted, syncfs
+from conftest import image_blocks, loop_works, make_image, run_mounted, syncfs
 
 pytestmark = pytest.mark.rrfuse_only
 
@@ -63,15 +63,6 @@ SYNC_EVERY = 16
 
 FREE_EXTENTS_RATIO = 1.1
 FREE_EXTENTS_SLACK = 5
-
-
-def image_blocks(image):
-    out = subprocess.run(["dumpe2fs", "-h", image], capture_output=True, text=True,
-                         check=True).stdout
-    total = int(re.search(r"^Block count:\s+(\d+)", out, re.M).group(1))
-    free = int(re.search(r"^Free blocks:\s+(\d+)", out, re.M).group(1))
-    bsize = int(re.search(r"^Block size:\s+(\d+)", out, re.M).group(1))
-    return total, free, bsize
 
 
 def blocks_of(n, bsize):

@@ -24,24 +24,14 @@ import threading
 
 import pytest
 
-from conftest import (debugfs, file_digest, loop_works, make_image, pattern,
-                      run_mounted)
+from conftest import (file_digest, leaf_extents, loop_works, make_image,
+                      pattern, run_mounted)
 
 pytestmark = pytest.mark.rrfuse_only
 
 MIB = 1 << 20
 CHUNK = 128 * 1024
 COUNT = 3072                # 384 MiB per file, as the seed
-
-
-def leaf_extents(image, name):
-    """Leaf extents of /name (debugfs 'ex': lines whose level equals the depth)."""
-    n = 0
-    for line in debugfs(image, "ex /" + name).splitlines()[1:]:
-        f = line.replace("/", " / ").split()     # " 1/ 1   1/ 55 ..." -> 1 / 1 1 / 55 ...
-        if len(f) >= 3 and f[1] == "/" and f[0] == f[2]:
-            n += 1
-    return n
 
 
 def two_dd(mnt):
@@ -76,7 +66,7 @@ def layout(workload, opts="", kernel=False):
     try:
         run_mounted(image, workload, opts=opts, kernel=kernel)
         assert os.path.getsize(image) >= 2 * COUNT * CHUNK
-        return [leaf_extents(image, n) for n in ("a", "b")]
+        return [len(leaf_extents(image, n)) for n in ("a", "b")]
     finally:
         subprocess.run(["rm", "-rf", os.path.dirname(image)])
 

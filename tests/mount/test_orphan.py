@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from conftest import (KERNEL, RRFUSE, Mount, debugfs, fsck, loop_works,
+from conftest import (KERNEL, RRFUSE, Mount, debugfs, fsck, kill_daemon, loop_works,
                       make_image, pattern, syncfs, wait_for)
 
 pytestmark = pytest.mark.rrfuse_only
@@ -94,17 +94,6 @@ def commit(m):
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def kill_daemon(m):
-    """SIGKILL rrfuse: the image keeps what it wrote, nothing more."""
-    m.proc.kill()
-    m.proc.wait()
-    m.proc = None
-    subprocess.run(["fusermount3", "-uz", m.mnt], stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
-    m.mounted = False
-    m._close_log()
 
 
 def kernel_finishes(image, tmp):

@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from conftest import RRFUSE, debugfs, make_image, run_mounted
+from conftest import RRFUSE, leaf_extents, make_image, run_mounted
 
 pytestmark = pytest.mark.rrfuse_only
 
@@ -28,14 +28,7 @@ FILES, FILE_MIB = 4, 32
 
 def extents(image, name):
     """Leaf extents of /name as (physical start, length)."""
-    out = []
-    for line in debugfs(image, "ex /" + name).splitlines()[1:]:
-        f = line.replace("/", " / ").split()     # " 1/ 1   1/ 55  0 - 2047  4385 - 6432  2048"
-        if len(f) >= 3 and f[1] == "/" and f[0] == f[2]:
-            nums = [int(x) for x in f[6:] if x.isdigit()]
-            # logical lo, hi, physical lo, (hi), length
-            out.append((nums[2], nums[-1]))
-    return out
+    return [(p, n) for _, p, n in leaf_extents(image, name)]
 
 
 RRCTL = os.environ.get("RRCTL") or os.path.join(os.path.dirname(RRFUSE), "rrctl")
