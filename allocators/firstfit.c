@@ -20,7 +20,7 @@ static void firstfit_choose(struct rr_alloc *a, struct mb_ac *ac)
 	}
 	ac->cr = CR_ANY_FREE;
 	if ((mb_first_fit(a, ac, a->first_data_block, ac->g_ex.len) ||
-	     mb_first_fit(a, ac, a->first_data_block, 1)) && a->t.mb_stats)
+	     mb_first_fit(a, ac, a->first_data_block, 1)) && MB_T(a, mb_stats))
 		atomic_fetch_add(&a->stats.cr_hits[ac->cr], 1);
 }
 

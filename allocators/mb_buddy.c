@@ -19,21 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static inline int bit_test(const uint8_t *m, uint32_t i)
-{
-	return (m[i >> 3] >> (i & 7)) & 1;
-}
-
-static inline void bit_set(uint8_t *m, uint32_t i)
-{
-	m[i >> 3] |= (uint8_t)(1u << (i & 7));
-}
-
-static inline void bit_clear(uint8_t *m, uint32_t i)
-{
-	m[i >> 3] &= (uint8_t)~(1u << (i & 7));
-}
-
 int mb_fls(uint64_t x)
 {
 	return x ? 64 - __builtin_clzll(x) : 0;
@@ -86,7 +71,7 @@ void mb_buddy_destroy(struct mb_buddy *b)
 
 int mb_buddy_test(const struct mb_buddy *b, uint32_t blk)
 {
-	return blk >= b->nblocks || bit_test(b->bits[0], blk);
+	return blk >= b->nblocks || mb_bit_test(b->bits[0], blk);
 }
 
 /* Record [start, start+len) (order-0 bits already clear) as maximal chunks. */
@@ -100,7 +85,7 @@ static void add_free_chunks(struct mb_buddy *b, uint32_t start, uint32_t len)
 		while ((1u << k) > len)
 			k--;
 		if (k)
-			bit_clear(b->bits[k], start >> k);
+			mb_bit_clear(b->bits[k], start >> k);
 		b->counters[k]++;
 		start += 1u << k;
 		len -= 1u << k;
@@ -129,10 +114,10 @@ void mb_buddy_generate(struct mb_buddy *b, const uint8_t *bitmap)
 	memset(b->counters, 0, sizeof(b->counters));
 	b->free = b->fragments = 0;
 	for (i = 0; i <= b->nblocks; i++) {
-		int used = i == b->nblocks || bit_test(bitmap, i);
+		int used = i == b->nblocks || mb_bit_test(bitmap, i);
 
 		if (!used) {
-			bit_clear(b->bits[0], i);
+			mb_bit_clear(b->bits[0], i);
 			if (!run++)
 				start = i;
 			continue;
@@ -152,7 +137,7 @@ static unsigned int order_of(const struct mb_buddy *b, uint32_t blk)
 	unsigned int k;
 
 	for (k = 1; k <= b->max_order; k++)
-		if (!bit_test(b->bits[k], blk >> k))
+		if (!mb_bit_test(b->bits[k], blk >> k))
 			return k;
 	return 0;
 }
@@ -164,7 +149,7 @@ static int range_is(const struct mb_buddy *b, uint32_t start, uint32_t len, int 
 	if (start > b->nblocks || len > b->nblocks - start)
 		return 0;
 	for (i = start; i < start + len; i++)
-		if (bit_test(b->bits[0], i) != used)
+		if (mb_bit_test(b->bits[0], i) != used)
 			return 0;
 	return 1;
 }
@@ -186,10 +171,10 @@ int mb_buddy_mark_used(struct mb_buddy *b, uint32_t start, uint32_t len)
 		uint32_t uend = end < cend ? end : cend, i;
 
 		if (k)
-			bit_set(b->bits[k], cur >> k);
+			mb_bit_set(b->bits[k], cur >> k);
 		b->counters[k]--;
 		for (i = cur; i < uend; i++)
-			bit_set(b->bits[0], i);
+			mb_bit_set(b->bits[0], i);
 		/* What is left of the chunk on either side stays free, as smaller chunks. */
 		add_free_chunks(b, cstart, cur - cstart);
 		add_free_chunks(b, uend, cend - uend);
@@ -204,21 +189,21 @@ static void free_chunk(struct mb_buddy *b, uint32_t start, unsigned int k)
 	uint32_t i, idx = start >> k;
 
 	for (i = start; i < start + (1u << k); i++)
-		bit_clear(b->bits[0], i);
+		mb_bit_clear(b->bits[0], i);
 	while (k < b->max_order) {
 		uint32_t bud = idx ^ 1;
 
-		if (bit_test(b->bits[k], bud))
+		if (mb_bit_test(b->bits[k], bud))
 			break;
 		/* At order 0 the buddy block is a chunk of its own: its parent is not free. */
 		if (k)
-			bit_set(b->bits[k], bud);
+			mb_bit_set(b->bits[k], bud);
 		b->counters[k]--;
 		idx >>= 1;
 		k++;
 	}
 	if (k)
-		bit_clear(b->bits[k], idx);
+		mb_bit_clear(b->bits[k], idx);
 	b->counters[k]++;
 }
 
@@ -259,7 +244,7 @@ uint32_t mb_buddy_extent_at(const struct mb_buddy *b, uint32_t start, uint32_t m
 			n += 8;
 			continue;
 		}
-		if (bit_test(b->bits[0], i))
+		if (mb_bit_test(b->bits[0], i))
 			break;
 		n++;
 	}
@@ -275,7 +260,7 @@ int mb_buddy_next_run(const struct mb_buddy *b, uint32_t from, uint32_t *start, 
 			i += 8;
 			continue;
 		}
-		if (!bit_test(b->bits[0], i)) {
+		if (!mb_bit_test(b->bits[0], i)) {
 			*start = i;
 			*len = mb_buddy_extent_at(b, i, b->nblocks - i);
 			return 0;
@@ -299,9 +284,9 @@ int64_t mb_buddy_find_order(const struct mb_buddy *b, unsigned int order, unsign
 				i += 7;
 				continue;
 			}
-			if (!bit_test(b->bits[k], i) && (k || !bit_test(b->bits[0], i))) {
+			if (!mb_bit_test(b->bits[k], i) && (k || !mb_bit_test(b->bits[0], i))) {
 				/* At order 0 every free block is 0: only a block whose pair is used counts. */
-				if (!k && !bit_test(b->bits[0], i ^ 1) && (i ^ 1) < b->nblocks)
+				if (!k && !mb_bit_test(b->bits[0], i ^ 1) && (i ^ 1) < b->nblocks)
 					continue;
 				*got = k;
 				return (int64_t)i << k;

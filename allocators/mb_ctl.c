@@ -2,10 +2,10 @@
 /*
  * The running allocator as rrctl sees it: tunables read and changed live,
  * the groups' buddy summaries and the statistics, as records
- * (include/rrfuse/rrctl.h).  Called with the fs lock held, like every
- * allocator entry point: no allocation, free or policy call is in flight
- * meanwhile, so a tunable or the policy can change between two requests
- * without more locking.  Validation stays in mb_tunables.c.
+ * (include/rrfuse/rrctl.h).  Called with the fs lock held; requests of
+ * file data may be running meanwhile without it (RR_ALLOC_NOLOCK), so a
+ * tunable is stored atomically and a policy is replaced, not freed.
+ * Validation stays in mb_tunables.c.
  */
 #include "mballoc.h"
 #include "policy.h"
@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int rr_alloc_get(struct rr_alloc *a, const char *name, char *buf, size_t len, char *err, size_t errlen)
@@ -21,29 +22,56 @@ int rr_alloc_get(struct rr_alloc *a, const char *name, char *buf, size_t len, ch
 }
 
 /*
- * Start the new policy before stopping the old one, so that a failed start
- * leaves the old one running.  Each policy's priv is its own: init sets
- * a->policy_priv, fini frees it.
+ * Start the new policy (its init sets a->policy_priv) and make it the one
+ * requests run.  The old one keeps its state until detach, where its fini
+ * runs: a request without the fs lock may still be inside it.  A failed
+ * start leaves the old one running.
  */
 int mb_policy_switch(struct rr_alloc *a, const struct mb_policy *p, char *err, size_t errlen)
 {
-	void *old_priv = a->policy_priv, *new_priv;
+	void *old_priv = a->policy_priv;
+	struct mb_running *run;
 
 	if (p == a->policy)
 		return 0;
+	run = calloc(1, sizeof(*run));
 	a->policy_priv = NULL;
-	if (p->init && p->init(a)) {
+	if (!run || (p->init && p->init(a))) {
+		free(run);
 		a->policy_priv = old_priv;
 		snprintf(err, errlen, "allocator '%s' could not start (out of memory)", p->name);
 		return -ENOMEM;
 	}
-	new_priv = a->policy_priv;
-	a->policy_priv = old_priv;
-	if (a->policy->fini)
-		a->policy->fini(a);
+	run->policy = p;
+	run->priv = a->policy_priv;
+	run->retired = atomic_load(&a->run);
+	atomic_store(&a->run, run);
 	a->policy = p;
-	a->policy_priv = new_priv;
 	return 0;
+}
+
+/*
+ * Requests without the fs lock read the tunables meanwhile (MB_T): every
+ * field is stored on its own, atomically.  The policy's name is read under
+ * the fs lock only.
+ */
+static void tunables_store(struct rr_alloc_tunables *to, const struct rr_alloc_tunables *from)
+{
+#define STORE(f) __atomic_store_n(&to->f, from->f, __ATOMIC_RELAXED)
+	STORE(mb_max_prealloc_kb);
+	STORE(mb_stream_req);
+	STORE(mb_group_prealloc);
+	STORE(mb_min_to_scan);
+	STORE(mb_max_to_scan);
+	STORE(mb_order2_req);
+	STORE(mb_max_linear_groups);
+	STORE(mb_optimize_scan);
+	STORE(mb_best_avail_max_trim_order);
+	STORE(mb_stats);
+	STORE(check);
+	STORE(discard);
+#undef STORE
+	memcpy(to->policy, from->policy, sizeof(to->policy));
 }
 
 /*
@@ -56,7 +84,7 @@ int mb_policy_switch(struct rr_alloc *a, const struct mb_policy *p, char *err, s
  *    listed.
  *  - mb_stats: counting starts (or stops) with the next request; the
  *    counts so far are kept, as the kernel keeps them.
- *  - allocator: the policy is swapped between two requests.
+ *  - allocator: requests that start after the switch run the new policy.
  * mb_max_prealloc_kb and the scan limits are read per request; existing
  * preallocations keep their size.
  */
@@ -77,7 +105,7 @@ int rr_alloc_set(struct rr_alloc *a, const char *name, const char *value, char *
 		if (ret)
 			return ret;
 	}
-	a->t = t;
+	tunables_store(&a->t, &t);
 	return 0;
 }
 

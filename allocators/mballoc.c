@@ -22,32 +22,47 @@
  *    the file's blocks are freed), at the last close of a writer, when an
  *    allocation fails (then it is retried once) and at detach.
  *  - libext2fs's own allocations and frees come through its callbacks:
- *    get_alloc_block and new_range choose from the buddy (libext2fs then
- *    accounts the block itself), and the block_alloc_stats callbacks apply
- *    every bitmap change libext2fs makes (ext2fs_punch, our emap/xattr code)
- *    to the buddy.  So the buddy can never disagree with the bitmap.
+ *    get_alloc_block and new_range choose from the buddy and mark the
+ *    choice there at once (a hint, so that no allocator running without
+ *    the fs lock takes it meanwhile; libext2fs then accounts the block
+ *    itself, and what it did not take goes back at rr_alloc_settle), and
+ *    the block_alloc_stats callbacks apply every bitmap change libext2fs
+ *    makes (ext2fs_punch, our emap/xattr code) to the buddy.  So the buddy
+ *    can never disagree with the bitmap.
+ *  - File data may be allocated without the fs lock (RR_ALLOC_NOLOCK):
+ *    the blocks go to the buddy and to the group's pending map, and reach
+ *    libext2fs's bitmap, descriptors and counts at rr_alloc_sync, run each
+ *    time the daemon takes the fs lock.  The free-space counts the engine
+ *    checks requests against are its own atomics (sb_free, claimed,
+ *    da_reserved), so no request reads libext2fs without the fs lock.
  *
- * Invariants (checked after every operation with -o check, rr_alloc_verify)
- *  - For a loaded group: buddy order 0 == on-disk bitmap | PA ranges, and
- *    the higher orders, counters, free and fragment counts are what
- *    generating the buddy from that bitmap gives.
- *  - A PA's free count == blocks of its range that are clear in the bitmap.
- *    A PA block is handed out only for its own logical block, and only
- *    while that logical block is a hole, so "clear in the bitmap" and "not
- *    handed out" are the same thing.
+ * Invariants (checked with -o check, rr_alloc_verify; for groups changed
+ * without the fs lock, at the sync that applies the change)
+ *  - For a loaded group: buddy order 0 == on-disk bitmap | pending map |
+ *    PA ranges | hints, and the higher orders, counters, free and fragment
+ *    counts are what generating the buddy from that map gives.
+ *  - A PA's free count == its blocks not handed out; every block handed out
+ *    is on disk or pending.  A PA block is handed out only for its own
+ *    logical block, and only while that logical block is a hole.
  *  - Any free of a block inside a live PA first discards that PA (minus the
  *    freed range), so a free can never return a block twice.
  *
  * Locking
- *  - Every entry point is called with the daemon's fs lock held (libext2fs
- *    is not thread-safe and its bitmaps are part of our state).  Under it:
- *  - pa_lock: the inode PA hash.  group->lock: that group's buddy, summary
- *    and PA list.  list_lock: the optimised-scan lists.
- *  - Order: fs lock -> pa_lock -> group lock -> list_lock; never two group
- *    locks at once.  The group locks make the buddies readable without the
- *    fs lock (statistics, issue 7's rrctl -g) and are where allocation
- *    moves once it leaves the fs lock; today they are never contended.
- *  - stats are atomics; in_engine is read and written under the fs lock.
+ *  - The fs lock (the daemon's) covers libext2fs and everything that reads
+ *    or changes its bitmap: group loads, the callbacks, frees, sync,
+ *    settle, hints, verification.  Allocation of file data does not need
+ *    it (RR_ALLOC_NOLOCK); the engine then takes it only to load a group
+ *    (rr_alloc_set_lock), holding none of its own locks.
+ *  - PA owner locks: pa_locks[] (striped over the inode hash) and
+ *    lg_locks[] (one per locality group).  group->lock: that group's buddy,
+ *    pending map, summary and PA list.  list_lock[list][order]: one list.
+ *  - Order: fs lock -> PA owner lock -> group lock -> list lock; never two
+ *    group locks or two owner locks at once.  There is no lock that every
+ *    allocation takes: a request locks the groups it scans, one at a time,
+ *    and the owner lock of its own inode's PAs or of its CPU's locality
+ *    group.  Two requests of one inode never run at once (the daemon holds
+ *    the inode's rw lock exclusively around allocation).
+ *  - stats are atomics; in_engine and the hints are under the fs lock.
  */
 #include "mballoc.h"
 #include "mb_format.h"
@@ -62,8 +77,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#define STAT_INC(a, f) do { if ((a)->t.mb_stats) atomic_fetch_add(&(a)->stats.f, 1); } while (0)
-#define STAT_ADD(a, f, n) do { if ((a)->t.mb_stats) atomic_fetch_add(&(a)->stats.f, (n)); } while (0)
+#define STAT_INC(a, f) do { if (MB_T(a, mb_stats)) atomic_fetch_add(&(a)->stats.f, 1); } while (0)
+#define STAT_ADD(a, f, n) do { if (MB_T(a, mb_stats)) atomic_fetch_add(&(a)->stats.f, (n)); } while (0)
+
+/*
+ * This thread is inside an RR_ALLOC_NOLOCK request: blocks it takes go to
+ * the pending maps, and loading a group takes the fs lock.
+ */
+static _Thread_local int tl_nolock;
 
 static void mb_fail(const char *what, uint32_t g)
 {
@@ -97,13 +118,11 @@ static int valid_block(const struct rr_alloc *a, uint64_t blk)
 
 /* ---- optimised-scan lists (kernel: s_mb_largest_free_orders, s_mb_avg_fragment_size) ---- */
 
-static void list_del_locked(struct rr_alloc *a, int l, uint32_t g)
+/* Take g off list l (order o).  That list's lock held. */
+static void list_del_locked(struct rr_alloc *a, int l, uint32_t g, int o)
 {
 	struct mb_group *grp = &a->groups[g];
-	int o = grp->list_order[l];
 
-	if (o < 0)
-		return;
 	if (grp->list_prev[l] >= 0)
 		a->groups[grp->list_prev[l]].list_next[l] = grp->list_next[l];
 	else
@@ -112,7 +131,7 @@ static void list_del_locked(struct rr_alloc *a, int l, uint32_t g)
 		a->groups[grp->list_next[l]].list_prev[l] = grp->list_prev[l];
 	else
 		a->list_tail[l][o] = grp->list_prev[l];
-	grp->list_order[l] = -1;
+	atomic_store(&grp->list_order[l], -1);
 }
 
 /* At the tail, as the kernel's lists: groups come out of a list in the order they went in. */
@@ -121,7 +140,6 @@ static void list_add_locked(struct rr_alloc *a, int l, uint32_t g, int o)
 	struct mb_group *grp = &a->groups[g];
 	int32_t t = a->list_tail[l][o];
 
-	grp->list_order[l] = (int8_t)o;
 	grp->list_next[l] = -1;
 	grp->list_prev[l] = t;
 	if (t >= 0)
@@ -129,6 +147,24 @@ static void list_add_locked(struct rr_alloc *a, int l, uint32_t g, int o)
 	else
 		a->list_head[l][o] = (int32_t)g;
 	a->list_tail[l][o] = (int32_t)g;
+	atomic_store(&grp->list_order[l], (int8_t)o);
+}
+
+/* Move g to the tail of order o of list l (-1: off it).  Group lock held: nobody else moves g. */
+static void list_move(struct rr_alloc *a, int l, uint32_t g, int o)
+{
+	int old = atomic_load(&a->groups[g].list_order[l]);
+
+	if (old >= 0) {
+		pthread_mutex_lock(&a->list_lock[l][old]);
+		list_del_locked(a, l, g, old);
+		pthread_mutex_unlock(&a->list_lock[l][old]);
+	}
+	if (o >= 0) {
+		pthread_mutex_lock(&a->list_lock[l][o]);
+		list_add_locked(a, l, g, o);
+		pthread_mutex_unlock(&a->list_lock[l][o]);
+	}
 }
 
 /* Copy the buddy's summary into the group and move it to the right lists.  Group lock held. */
@@ -138,69 +174,74 @@ static void group_update(struct rr_alloc *a, uint32_t g)
 	struct mb_buddy *b = grp->buddy;
 	int lo = mb_buddy_largest_order(b), ao = mb_avg_order(b->free, b->fragments, b->max_order);
 
-	grp->free = b->free;
-	grp->fragments = b->fragments;
-	if (lo == grp->largest_order && ao == grp->avg_order && grp->list_order[0] == lo)
+	atomic_store(&grp->free, b->free);
+	atomic_store(&grp->fragments, b->fragments);
+	if (lo == grp->largest_order && ao == grp->avg_order && grp->list_order[MB_LIST_LARGEST] == lo)
 		return;
-	grp->largest_order = (int8_t)lo;
-	grp->avg_order = (int8_t)ao;
-	pthread_mutex_lock(&a->list_lock);
-	list_del_locked(a, MB_LIST_LARGEST, g);
-	list_del_locked(a, MB_LIST_AVG, g);
-	if (lo >= 0)
-		list_add_locked(a, MB_LIST_LARGEST, g, lo);
-	if (ao >= 0)
-		list_add_locked(a, MB_LIST_AVG, g, ao);
-	pthread_mutex_unlock(&a->list_lock);
+	atomic_store(&grp->largest_order, (int8_t)lo);
+	atomic_store(&grp->avg_order, (int8_t)ao);
+	/*
+	 * A change of either order sends the group to the tail of both lists:
+	 * the groups just allocated from come last, so concurrent streams start
+	 * in different groups (measured: two interleaved dd streams, 6 extents
+	 * each, against 50 when only the changed list moved).
+	 */
+	list_move(a, MB_LIST_LARGEST, g, lo);
+	list_move(a, MB_LIST_AVG, g, ao);
 }
 
 int mb_list_first(struct rr_alloc *a, int list, int order)
 {
 	int g;
 
-	pthread_mutex_lock(&a->list_lock);
+	pthread_mutex_lock(&a->list_lock[list][order]);
 	g = a->list_head[list][order];
-	pthread_mutex_unlock(&a->list_lock);
+	pthread_mutex_unlock(&a->list_lock[list][order]);
 	return g;
 }
 
+/* The group after g on its list; -1 at the end, or when g has left the list meanwhile. */
 int mb_list_next(struct rr_alloc *a, int list, uint32_t g)
 {
-	int n;
+	int o = atomic_load(&a->groups[g].list_order[list]), n = -1;
 
-	pthread_mutex_lock(&a->list_lock);
-	n = a->groups[g].list_order[list] >= 0 ? a->groups[g].list_next[list] : -1;
-	pthread_mutex_unlock(&a->list_lock);
+	if (o < 0)
+		return -1;
+	pthread_mutex_lock(&a->list_lock[list][o]);
+	if (atomic_load(&a->groups[g].list_order[list]) == o)
+		n = a->groups[g].list_next[list];
+	pthread_mutex_unlock(&a->list_lock[list][o]);
 	return n;
 }
 
 /* ---- groups ---- */
 
-/* The group's bitmap from libext2fs (1 = used), with the PA ranges or'ed in if with_pa. */
-static uint8_t *group_bitmap(struct rr_alloc *a, uint32_t g, int with_pa)
+static uint8_t *map_alloc(const struct rr_alloc *a)
 {
-	uint32_t n = group_nblocks(a, g);
-	uint8_t *map = calloc(1, (a->bpg + 7) / 8 + 8);
-	struct mb_pa *pa;
+	return calloc(1, (a->bpg + 7) / 8 + 8);
+}
+
+static void map_set_range(uint8_t *map, uint32_t start, uint32_t len)
+{
 	uint32_t i;
 
-	if (!map)
-		return NULL;
-	if (ext2fs_get_block_bitmap_range2(a->fs->block_map, group_first(a, g), n, map)) {
+	for (i = 0; i < len; i++)
+		mb_bit_set(map, start + i);
+}
+
+/* The group's bitmap from libext2fs (1 = used).  fs lock held. */
+static uint8_t *group_bitmap(struct rr_alloc *a, uint32_t g)
+{
+	uint8_t *map = map_alloc(a);
+
+	if (map && ext2fs_get_block_bitmap_range2(a->fs->block_map, group_first(a, g), group_nblocks(a, g), map)) {
 		free(map);
 		return NULL;
 	}
-	if (with_pa)
-		for (pa = a->groups[g].pas; pa; pa = pa->gnext)
-			for (i = 0; i < pa->len; i++) {
-				uint32_t o = (uint32_t)(pa->pstart - group_first(a, g)) + i;
-
-				map[o >> 3] |= (uint8_t)(1u << (o & 7));
-			}
 	return map;
 }
 
-/* Build the group's buddy on first use.  Group lock held. */
+/* Build the group's buddy on first use.  fs lock and group lock held. */
 static int group_load_locked(struct rr_alloc *a, uint32_t g)
 {
 	struct mb_group *grp = &a->groups[g];
@@ -215,39 +256,59 @@ static int group_load_locked(struct rr_alloc *a, uint32_t g)
 		free(b);
 		return -ENOMEM;
 	}
-	if (a->t.mb_stats)
+	grp->pmap = map_alloc(a);
+	if (MB_T(a, mb_stats))
 		clock_gettime(CLOCK_MONOTONIC, &t0);
-	map = group_bitmap(a, g, 1);
-	if (!map) {
+	map = group_bitmap(a, g);
+	if (!map || !grp->pmap) {
+		free(map);
+		free(grp->pmap);
+		grp->pmap = NULL;
 		mb_buddy_destroy(b);
 		free(b);
-		return -EIO;
+		return map ? -ENOMEM : -EIO;
 	}
 	mb_buddy_generate(b, map);
 	free(map);
-	if (a->t.mb_stats) {
+	if (MB_T(a, mb_stats)) {
 		clock_gettime(CLOCK_MONOTONIC, &t1);
 		/* Kernel: s_mb_generation_time, nanoseconds spent building buddies. */
 		STAT_ADD(a, buddies_time_ns, (unsigned long)((t1.tv_sec - t0.tv_sec) * 1000000000L +
 							      (t1.tv_nsec - t0.tv_nsec)));
 	}
-	if (!grp->pas && b->free != ext2fs_bg_free_blocks_count(a->fs, g))
+	if (b->free != ext2fs_bg_free_blocks_count(a->fs, g))
 		fprintf(stderr, "rrfuse: mballoc: group %u: block bitmap (%u free) and descriptor (%u) disagree\n",
 			g, b->free, ext2fs_bg_free_blocks_count(a->fs, g));
+	atomic_store(&grp->block_uninit, !!ext2fs_bg_flags_test(a->fs, g, EXT2_BG_BLOCK_UNINIT));
 	grp->buddy = b;
 	group_update(a, g);
 	STAT_INC(a, buddies_generated);
 	return 0;
 }
 
+/*
+ * Load g if it is not loaded.  Reading libext2fs's bitmap needs the fs
+ * lock: a request running without it takes it here (holding none of the
+ * engine's locks), which also applies what is pending (rr_alloc_sync).
+ */
 int mb_load_group(struct rr_alloc *a, uint32_t g)
 {
 	struct mb_group *grp = &a->groups[g];
-	int ret;
+	int host = tl_nolock, ret;
 
+	if (grp->buddy)
+		return 0;
+	if (host) {
+		tl_nolock = 0;
+		a->host_lock(a->host_arg);
+	}
 	pthread_mutex_lock(&grp->lock);
 	ret = group_load_locked(a, g);
 	pthread_mutex_unlock(&grp->lock);
+	if (host) {
+		a->host_unlock(a->host_arg);
+		tl_nolock = 1;
+	}
 	return ret;
 }
 
@@ -264,63 +325,94 @@ void mb_prefetch(struct rr_alloc *a, uint32_t g, uint32_t n)
 	if (n > a->ngroups)
 		n = a->ngroups;
 	for (i = 0; i < n; i++, g = (g + 1) % a->ngroups)
-		if (!a->groups[g].buddy && a->groups[g].free)
+		if (!a->groups[g].buddy && atomic_load(&a->groups[g].free))
 			mb_load_group(a, g);
 }
 
-/* -o check: the group's buddy must be what its bitmap and PAs give. */
+static int in_hint(const struct rr_alloc *a, uint64_t blk)
+{
+	uint32_t i;
+
+	for (i = 0; i < a->nhints; i++)
+		if (blk >= a->hints[i].pblk && blk < a->hints[i].pblk + a->hints[i].len)
+			return 1;
+	return 0;
+}
+
+/*
+ * -o check: the group's buddy must be what its bitmap, pending map, PAs and
+ * hints give; each PA's count must match its map.  fs lock held.
+ */
 static void group_verify(struct rr_alloc *a, uint32_t g)
 {
 	struct mb_group *grp = &a->groups[g];
-	struct mb_buddy fresh;
+	uint64_t gfirst = group_first(a, g);
+	struct mb_buddy *b, fresh;
 	struct mb_pa *pa;
 	uint8_t *map;
+	uint32_t i;
 
 	pthread_mutex_lock(&grp->lock);
-	if (!grp->buddy) {
+	/* Spelled out: GCC 12 under -fsanitize=address warns falsely on grp->buddy here. */
+	b = atomic_load_explicit(&a->groups[g].buddy, memory_order_relaxed);
+	if (!b) {
 		pthread_mutex_unlock(&grp->lock);
 		return;
 	}
-	map = group_bitmap(a, g, 1);
-	if (!map || mb_buddy_init(&fresh, grp->buddy->nblocks, a->max_order))
+	map = group_bitmap(a, g);
+	if (!map || mb_buddy_init(&fresh, b->nblocks, a->max_order))
 		mb_fail("out of memory in check", g);
-	mb_buddy_generate(&fresh, map);
-	if (mb_buddy_compare(&fresh, grp->buddy)) {
-		uint32_t i;
+	for (i = 0; i < b->nblocks; i++) {
+		int disk = mb_bit_test(map, i);
 
+		if (disk && mb_bit_test(grp->pmap, i))
+			mb_fail("a pending block is in the bitmap already", g);
+		if (mb_bit_test(grp->pmap, i) || in_hint(a, gfirst + i))
+			mb_bit_set(map, i);
+	}
+	for (pa = grp->pas; pa; pa = pa->gnext) {
+		uint32_t taken = 0, off = (uint32_t)(pa->pstart - gfirst);
+
+		for (i = 0; pa->lg < 0 && i < pa->len; i++)
+			if (mb_bit_test(pa->taken, i)) {
+				taken++;
+				if (!mb_bit_test(map, off + i))
+					mb_fail("a preallocated block handed out is neither on disk nor pending", g);
+			}
+		if (pa->free != pa->len - taken)
+			mb_fail("preallocation's free count differs from its map", g);
+		for (i = 0; i < pa->len; i++)
+			if (pa->lg >= 0 || !mb_bit_test(pa->taken, i))
+				mb_bit_set(map, off + i);
+	}
+	mb_buddy_generate(&fresh, map);
+	if (mb_buddy_compare(&fresh, b)) {
 		for (i = 0; i < fresh.nblocks; i++)
-			if (mb_buddy_test(&fresh, i) != mb_buddy_test(grp->buddy, i)) {
+			if (mb_buddy_test(&fresh, i) != mb_buddy_test(b, i)) {
 				fprintf(stderr, "rrfuse: mballoc: block %llu: %s on disk, %s in the buddy\n",
-					(unsigned long long)(group_first(a, g) + i),
+					(unsigned long long)(gfirst + i),
 					mb_buddy_test(&fresh, i) ? "used" : "free",
-					mb_buddy_test(grp->buddy, i) ? "used" : "free");
+					mb_buddy_test(b, i) ? "used" : "free");
 				break;
 			}
 		for (pa = grp->pas; pa; pa = pa->gnext)
 			fprintf(stderr, "rrfuse: mballoc: PA ino %u l %llu p %llu len %u free %u\n", pa->ino,
 				(unsigned long long)pa->lstart, (unsigned long long)pa->pstart, pa->len, pa->free);
-		mb_fail("buddy differs from bitmap + preallocations", g);
+		mb_fail("buddy differs from bitmap + pending + preallocations", g);
 	}
 	if (grp->free != fresh.free || grp->fragments != fresh.fragments)
 		mb_fail("group summary differs from its buddy", g);
-	for (pa = grp->pas; pa; pa = pa->gnext) {
-		uint32_t i, clear = 0;
-
-		for (i = 0; i < pa->len; i++)
-			clear += !ext2fs_test_block_bitmap2(a->fs->block_map, pa->pstart + i);
-		if (clear != pa->free)
-			mb_fail("preallocation's free count differs from the bitmap", g);
-	}
 	mb_buddy_destroy(&fresh);
 	free(map);
 	pthread_mutex_unlock(&grp->lock);
 }
 
+/* After a change to [blk, blk+len) under the fs lock; a request without it is checked at the sync. */
 static void verify_range(struct rr_alloc *a, uint64_t blk, uint64_t len)
 {
 	uint32_t g, last;
 
-	if (!a->t.check || !len)
+	if (!MB_T(a, check) || !len || tl_nolock)
 		return;
 	last = group_of(a, blk + len - 1);
 	for (g = group_of(a, blk); g <= last; g++)
@@ -338,33 +430,176 @@ int rr_alloc_verify(struct rr_alloc *a)
 
 /* ---- the on-disk side ---- */
 
-/* Mark [blk, blk+len) in (+1) or out of (-1) the bitmap, descriptors and counts. */
+/* The engine's copy of libext2fs's free count and of g's BLOCK_UNINIT flag.  fs lock held. */
+static void mirror_disk(struct rr_alloc *a, uint32_t g)
+{
+	atomic_store(&a->sb_free, ext2fs_free_blocks_count(a->fs->super));
+	atomic_store(&a->groups[g].block_uninit, !!ext2fs_bg_flags_test(a->fs, g, EXT2_BG_BLOCK_UNINIT));
+}
+
+/* Mark [blk, blk+len) in (+1) or out of (-1) the bitmap, descriptors and counts.  fs lock held. */
 static void disk_mark(struct rr_alloc *a, uint64_t blk, uint32_t len, int inuse)
 {
 	a->in_engine++;
 	ext2fs_block_alloc_stats_range(a->fs, blk, len, inuse);
 	a->in_engine--;
+	mirror_disk(a, group_of(a, blk));
 }
 
-/* Apply a change to the buddy of the group holding [blk, blk+len) (one group). */
-static void buddy_apply(struct rr_alloc *a, uint64_t blk, uint32_t len, int inuse)
+/*
+ * Blocks [off, off+len) of group g (its lock held), free in the buddy
+ * until now or preallocated, are in use from now on: on disk at once with
+ * the fs lock, else in the pending map, and the group on the pending stack.
+ */
+static void take_locked(struct rr_alloc *a, uint32_t g, uint32_t off, uint32_t len)
 {
-	uint32_t g = group_of(a, blk), off = (uint32_t)(blk - group_first(a, g));
 	struct mb_group *grp = &a->groups[g];
-	int r;
+	int32_t head;
 
-	pthread_mutex_lock(&grp->lock);
-	if (!grp->buddy) {
-		/* Not loaded (callbacks only): the descriptor already has the change. */
-		grp->free = ext2fs_bg_free_blocks_count(a->fs, g);
-		pthread_mutex_unlock(&grp->lock);
+	if (!tl_nolock) {
+		disk_mark(a, group_first(a, g) + off, len, +1);
 		return;
 	}
-	r = inuse > 0 ? mb_buddy_mark_used(grp->buddy, off, len) : mb_buddy_free(grp->buddy, off, len);
-	if (r)
-		mb_fail(inuse > 0 ? "marking used blocks that are not free" : "freeing blocks that are free", g);
-	group_update(a, g);
-	pthread_mutex_unlock(&grp->lock);
+	map_set_range(grp->pmap, off, len);
+	grp->npending += len;
+	if (grp->queued)
+		return;
+	grp->queued = 1;
+	head = atomic_load(&a->pending_head);
+	do
+		grp->qnext = head;
+	while (!atomic_compare_exchange_weak(&a->pending_head, &head, (int32_t)g));
+}
+
+/*
+ * Apply g's pending map to libext2fs.  fs lock and group lock held.  The
+ * group stays queued: it may still be on a stack that rr_alloc_sync walks.
+ */
+static void group_apply_locked(struct rr_alloc *a, uint32_t g)
+{
+	struct mb_group *grp = &a->groups[g];
+	uint32_t n = grp->buddy ? grp->buddy->nblocks : 0, i = 0, s;
+
+	if (!grp->npending)
+		return;
+	while (i < n) {
+		if (!grp->pmap[i >> 3] && !(i & 7)) {
+			i += 8;
+			continue;
+		}
+		if (!mb_bit_test(grp->pmap, i)) {
+			i++;
+			continue;
+		}
+		for (s = i; i < n && mb_bit_test(grp->pmap, i); i++)
+			mb_bit_clear(grp->pmap, i);
+		disk_mark(a, group_first(a, g) + s, i - s, +1);
+	}
+	/* After the free count went down: a request may count them twice meanwhile, never not at all. */
+	atomic_fetch_sub(&a->claimed, grp->npending);
+	grp->npending = 0;
+}
+
+void rr_alloc_sync(struct rr_alloc *a)
+{
+	int32_t g;
+
+	if (atomic_load(&a->pending_head) < 0)
+		return;
+	g = atomic_exchange(&a->pending_head, -1);
+	while (g >= 0) {
+		struct mb_group *grp = &a->groups[g];
+		int32_t next;
+
+		pthread_mutex_lock(&grp->lock);
+		next = grp->qnext;
+		group_apply_locked(a, (uint32_t)g);
+		grp->queued = 0;
+		pthread_mutex_unlock(&grp->lock);
+		verify_range(a, group_first(a, (uint32_t)g), 1);
+		g = next;
+	}
+}
+
+/*
+ * libext2fs's own allocations: the choice is marked in the buddy (no
+ * request without the fs lock may take it) and remembered until settle.
+ * fs lock held.
+ */
+static int hint_add(struct rr_alloc *a, uint64_t blk, uint32_t len)
+{
+	if (a->nhints == a->hints_cap) {
+		uint32_t cap = a->hints_cap ? 2 * a->hints_cap : 8;
+		struct rr_extent *v = realloc(a->hints, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		a->hints = v;
+		a->hints_cap = cap;
+	}
+	a->hints[a->nhints].pblk = blk;
+	a->hints[a->nhints++].len = len;
+	return 0;
+}
+
+/* libext2fs freed [blk, blk+len): no hint may cover it any more (settle would free it twice). */
+static void hints_forget(struct rr_alloc *a, uint64_t blk, uint64_t len)
+{
+	uint32_t i;
+
+	for (i = 0; i < a->nhints; i++) {
+		struct rr_extent *h = &a->hints[i];
+		uint64_t hs = h->pblk, he = h->pblk + h->len;
+
+		if (he <= blk || hs >= blk + len)
+			continue;
+		if (hs < blk && he > blk + len) {
+			/* The middle goes: the tail becomes a hint of its own (room or not, dropping it is safe). */
+			h->len = (uint32_t)(blk - hs);
+			hint_add(a, blk + len, (uint32_t)(he - blk - len));
+		} else if (hs < blk) {
+			h->len = (uint32_t)(blk - hs);
+		} else if (he > blk + len) {
+			h->pblk = blk + len;
+			h->len = (uint32_t)(he - blk - len);
+		} else {
+			h->len = 0;
+		}
+	}
+}
+
+void rr_alloc_settle(struct rr_alloc *a)
+{
+	uint32_t i;
+
+	if (!a->nhints)
+		return;
+	for (i = 0; i < a->nhints; i++) {
+		uint64_t blk = a->hints[i].pblk, end = blk + a->hints[i].len, run = 0;
+		uint32_t g = group_of(a, blk);
+		struct mb_group *grp = &a->groups[g];
+		uint64_t gfirst = group_first(a, g);
+
+		if (!a->hints[i].len)
+			continue;
+		pthread_mutex_lock(&grp->lock);
+		for (; blk <= end; blk++) {
+			int unused = blk < end && !ext2fs_test_block_bitmap2(a->fs->block_map, blk) &&
+				     !mb_bit_test(grp->pmap, (uint32_t)(blk - gfirst));
+
+			if (unused) {
+				run++;
+				continue;
+			}
+			if (run && mb_buddy_free(grp->buddy, (uint32_t)(blk - run - gfirst), (uint32_t)run))
+				mb_fail("a hint held free blocks", g);
+			run = 0;
+		}
+		group_update(a, g);
+		pthread_mutex_unlock(&grp->lock);
+	}
+	a->nhints = 0;
+	atomic_store(&a->sb_free, ext2fs_free_blocks_count(a->fs->super));
 }
 
 /* ---- preallocations ---- */
@@ -374,16 +609,26 @@ static uint32_t pa_bucket(const struct rr_alloc *a, ext2_ino_t ino)
 	return (ino * 2654435761u) % a->pa_nbuckets;
 }
 
-/* Give a PA's unused blocks back to the buddy; blocks in [xs, xs+xn) are left alone. */
-static void pa_release(struct rr_alloc *a, struct mb_pa *pa, uint64_t xs, uint64_t xn)
+static pthread_mutex_t *ino_lock(struct rr_alloc *a, ext2_ino_t ino)
+{
+	return &a->pa_locks[pa_bucket(a, ino) % MB_PA_LOCKS];
+}
+
+/* The lock that owns pa: its inode's hash bucket's, or its locality group's. */
+static pthread_mutex_t *pa_owner_lock(struct rr_alloc *a, const struct mb_pa *pa)
+{
+	return pa->lg >= 0 ? &a->lg_locks[pa->lg] : ino_lock(a, pa->ino);
+}
+
+/* Give a PA's unused blocks back to the buddy; blocks in [xs, xs+xn) are left alone.  Group lock held. */
+static void pa_give_back_locked(struct rr_alloc *a, struct mb_pa *pa, uint64_t xs, uint64_t xn)
 {
 	struct mb_group *grp = &a->groups[pa->group];
 	uint64_t gfirst = group_first(a, pa->group), b, run = 0, freed = 0;
 
-	pthread_mutex_lock(&grp->lock);
 	for (b = pa->pstart; b <= pa->pstart + pa->len; b++) {
 		int give = b < pa->pstart + pa->len && !(b >= xs && b < xs + xn) &&
-			   !ext2fs_test_block_bitmap2(a->fs->block_map, b);
+			   (pa->lg >= 0 || !mb_bit_test(pa->taken, (uint32_t)(b - pa->pstart)));
 
 		if (give) {
 			run++;
@@ -395,25 +640,16 @@ static void pa_release(struct rr_alloc *a, struct mb_pa *pa, uint64_t xs, uint64
 		run = 0;
 	}
 	group_update(a, pa->group);
-	pthread_mutex_unlock(&grp->lock);
 	STAT_ADD(a, discarded, freed);
-	atomic_fetch_sub(&a->pa_count, 1);
-	free(pa);
 }
 
-/* Put a new pa on its group's list, then drop pa_lock (held by the caller). */
-static void pa_link_group_unlock(struct rr_alloc *a, struct mb_pa *pa)
-{
-	pthread_mutex_lock(&a->groups[pa->group].lock);
-	pa->gnext = a->groups[pa->group].pas;
-	a->groups[pa->group].pas = pa;
-	pthread_mutex_unlock(&a->groups[pa->group].lock);
-	pthread_mutex_unlock(&a->pa_lock);
-	atomic_fetch_add(&a->pa_count, 1);
-}
-
-/* Take pa out of the inode hash (pa_lock held) and its group's list. */
-static void pa_unlink_locked(struct rr_alloc *a, struct mb_pa *pa)
+/*
+ * Take pa out of the inode hash or its locality group and out of its
+ * group, giving its unused blocks (but [xs, xs+xn)) back in the same
+ * group-locked step, so that a check never finds them held by no PA.
+ * Owner lock held; the caller frees pa (pa_free).
+ */
+static void pa_unlink_locked(struct rr_alloc *a, struct mb_pa *pa, uint64_t xs, uint64_t xn)
 {
 	struct mb_pa **pp;
 	struct mb_group *grp = &a->groups[pa->group];
@@ -434,13 +670,17 @@ static void pa_unlink_locked(struct rr_alloc *a, struct mb_pa *pa)
 			*pp = pa->gnext;
 			break;
 		}
+	pa_give_back_locked(a, pa, xs, xn);
 	pthread_mutex_unlock(&grp->lock);
 }
 
-/*
- * Release PAs already unlinked (chained by inext), then check their
- * groups: only once all are back, as the check counts linked PAs only.
- */
+static void pa_free(struct rr_alloc *a, struct mb_pa *pa)
+{
+	atomic_fetch_sub(&a->pa_count, 1);
+	free(pa);
+}
+
+/* Free PAs already unlinked (chained by inext), then check their groups. */
 static void pa_release_list(struct rr_alloc *a, struct mb_pa *gone)
 {
 	uint64_t starts[16], lens[16];
@@ -453,29 +693,37 @@ static void pa_release_list(struct rr_alloc *a, struct mb_pa *gone)
 			starts[n] = pa->pstart;
 			lens[n++] = pa->len;
 		}
-		pa_release(a, pa, 0, 0);
+		pa_free(a, pa);
 	}
 	for (i = 0; i < n; i++)
 		verify_range(a, starts[i], lens[i]);
 }
 
-void rr_alloc_discard_inode(struct rr_alloc *a, ext2_ino_t ino)
+/* Unlink ino's PAs in hash bucket b (its lock held) onto *gone. */
+static void pa_collect_bucket(struct rr_alloc *a, uint32_t b, int all, ext2_ino_t ino, struct mb_pa **gone)
 {
-	struct mb_pa *pa, **pp, *gone = NULL;
+	struct mb_pa *pa, **pp;
 
-	if (!a || !atomic_load(&a->pa_count))
-		return;
-	pthread_mutex_lock(&a->pa_lock);
-	for (pp = &a->pa_hash[pa_bucket(a, ino)]; (pa = *pp);) {
-		if (pa->ino != ino) {
+	for (pp = &a->pa_hash[b]; (pa = *pp);) {
+		if (!all && pa->ino != ino) {
 			pp = &pa->inext;
 			continue;
 		}
-		pa_unlink_locked(a, pa);
-		pa->inext = gone;
-		gone = pa;
+		pa_unlink_locked(a, pa, 0, 0);
+		pa->inext = *gone;
+		*gone = pa;
 	}
-	pthread_mutex_unlock(&a->pa_lock);
+}
+
+void rr_alloc_discard_inode(struct rr_alloc *a, ext2_ino_t ino)
+{
+	struct mb_pa *gone = NULL;
+
+	if (!a || !atomic_load(&a->pa_count))
+		return;
+	pthread_mutex_lock(ino_lock(a, ino));
+	pa_collect_bucket(a, pa_bucket(a, ino), 0, ino, &gone);
+	pthread_mutex_unlock(ino_lock(a, ino));
 	pa_release_list(a, gone);
 }
 
@@ -485,20 +733,20 @@ uint64_t rr_alloc_discard_all(struct rr_alloc *a)
 	uint64_t n = 0;
 	uint32_t i;
 
-	pthread_mutex_lock(&a->pa_lock);
-	for (i = 0; i < a->pa_nbuckets; i++)
-		while ((pa = a->pa_hash[i])) {
-			pa_unlink_locked(a, pa);
-			pa->inext = gone;
-			gone = pa;
-		}
-	for (i = 0; i < a->nlg; i++)
+	for (i = 0; i < a->pa_nbuckets; i++) {
+		pthread_mutex_lock(&a->pa_locks[i % MB_PA_LOCKS]);
+		pa_collect_bucket(a, i, 1, 0, &gone);
+		pthread_mutex_unlock(&a->pa_locks[i % MB_PA_LOCKS]);
+	}
+	for (i = 0; i < a->nlg; i++) {
+		pthread_mutex_lock(&a->lg_locks[i]);
 		if ((pa = a->lg[i])) {
-			pa_unlink_locked(a, pa);
+			pa_unlink_locked(a, pa, 0, 0);
 			pa->inext = gone;
 			gone = pa;
 		}
-	pthread_mutex_unlock(&a->pa_lock);
+		pthread_mutex_unlock(&a->lg_locks[i]);
+	}
 	for (pa = gone; pa; pa = pa->inext)
 		n += pa->free;
 	pa_release_list(a, gone);
@@ -511,45 +759,65 @@ uint64_t rr_alloc_prealloc_blocks(struct rr_alloc *a)
 	uint32_t i;
 	struct mb_pa *pa;
 
-	pthread_mutex_lock(&a->pa_lock);
-	for (i = 0; i < a->pa_nbuckets; i++)
+	for (i = 0; i < a->pa_nbuckets; i++) {
+		pthread_mutex_lock(&a->pa_locks[i % MB_PA_LOCKS]);
 		for (pa = a->pa_hash[i]; pa; pa = pa->inext)
 			n += pa->free;
-	for (i = 0; i < a->nlg; i++)
+		pthread_mutex_unlock(&a->pa_locks[i % MB_PA_LOCKS]);
+	}
+	for (i = 0; i < a->nlg; i++) {
+		pthread_mutex_lock(&a->lg_locks[i]);
 		if (a->lg[i])
 			n += a->lg[i]->free;
-	pthread_mutex_unlock(&a->pa_lock);
+		pthread_mutex_unlock(&a->lg_locks[i]);
+	}
 	return n;
+}
+
+/* The first PA on g's list overlapping [blk, blk+len) and owned by lock (any owner if NULL).  Group lock held. */
+static struct mb_pa *pa_overlapping(struct rr_alloc *a, uint32_t g, uint64_t blk, uint32_t len,
+				    pthread_mutex_t *lock)
+{
+	struct mb_pa *pa;
+
+	for (pa = a->groups[g].pas; pa; pa = pa->gnext)
+		if (pa->pstart < blk + len && blk < pa->pstart + pa->len &&
+		    (!lock || pa_owner_lock(a, pa) == lock))
+			return pa;
+	return NULL;
 }
 
 /*
  * Discard every PA overlapping [blk, blk+len) (one group) before that
  * range changes hands behind the PA's back; the range itself is left out
- * of what goes back to the buddy when exclude is set.
+ * of what goes back to the buddy when exclude is set.  A PA is found
+ * through its group and unlinked under its owner's lock, taken first.
  */
 static void pa_discard_overlap(struct rr_alloc *a, uint64_t blk, uint32_t len, int exclude)
 {
-	struct mb_group *grp = &a->groups[group_of(a, blk)];
-	struct mb_pa *pa, *hit;
+	uint32_t g = group_of(a, blk);
+	struct mb_group *grp = &a->groups[g];
+	pthread_mutex_t *owner;
+	struct mb_pa *hit;
 
 	if (!atomic_load(&a->pa_count))
 		return;
 	for (;;) {
-		hit = NULL;
-		pthread_mutex_lock(&a->pa_lock);
 		pthread_mutex_lock(&grp->lock);
-		for (pa = grp->pas; pa; pa = pa->gnext)
-			if (pa->pstart < blk + len && blk < pa->pstart + pa->len) {
-				hit = pa;
-				break;
-			}
+		hit = pa_overlapping(a, g, blk, len, NULL);
+		owner = hit ? pa_owner_lock(a, hit) : NULL;
 		pthread_mutex_unlock(&grp->lock);
-		if (hit)
-			pa_unlink_locked(a, hit);
-		pthread_mutex_unlock(&a->pa_lock);
 		if (!hit)
 			return;
-		pa_release(a, hit, exclude ? blk : 0, exclude ? len : 0);
+		pthread_mutex_lock(owner);
+		pthread_mutex_lock(&grp->lock);
+		hit = pa_overlapping(a, g, blk, len, owner);
+		pthread_mutex_unlock(&grp->lock);
+		if (hit)
+			pa_unlink_locked(a, hit, exclude ? blk : 0, exclude ? len : 0);
+		pthread_mutex_unlock(owner);
+		if (hit)
+			pa_free(a, hit);
 	}
 }
 
@@ -559,43 +827,47 @@ static void pa_discard_overlap(struct rr_alloc *a, uint64_t blk, uint32_t len, i
  */
 static int pa_use(struct rr_alloc *a, ext2_ino_t ino, uint64_t lblk, uint32_t len, struct rr_extent *out)
 {
+	pthread_mutex_t *owner = ino_lock(a, ino);
 	struct mb_pa *pa, *done = NULL;
-	uint64_t p;
-	uint32_t n = 0;
+	struct mb_group *grp;
+	uint32_t n = 0, i0;
 
-	pthread_mutex_lock(&a->pa_lock);
+	pthread_mutex_lock(owner);
 	for (pa = a->pa_hash[pa_bucket(a, ino)]; pa; pa = pa->inext)
 		if (pa->ino == ino && lblk >= pa->lstart && lblk < pa->lstart + pa->len)
 			break;
 	if (!pa) {
-		pthread_mutex_unlock(&a->pa_lock);
+		pthread_mutex_unlock(owner);
 		return 0;
 	}
-	p = pa->pstart + (lblk - pa->lstart);
-	while (n < len && p + n < pa->pstart + pa->len &&
-	       !ext2fs_test_block_bitmap2(a->fs->block_map, p + n))
+	grp = &a->groups[pa->group];
+	i0 = (uint32_t)(lblk - pa->lstart);
+	pthread_mutex_lock(&grp->lock);
+	while (n < len && i0 + n < pa->len && !mb_bit_test(pa->taken, i0 + n))
 		n++;
+	if (n) {
+		/* The buddy has had these blocks since the PA was made: only the disk changes. */
+		map_set_range(pa->taken, i0, n);
+		pa->free -= n;
+		take_locked(a, pa->group, (uint32_t)(pa->pstart + i0 - group_first(a, pa->group)), n);
+	}
+	pthread_mutex_unlock(&grp->lock);
 	if (!n) {
 		/* Its block for lblk is in use: the PA no longer matches the file. */
-		pa_unlink_locked(a, pa);
-		pthread_mutex_unlock(&a->pa_lock);
-		pa_release(a, pa, 0, 0);
+		pa_unlink_locked(a, pa, 0, 0);
+		pthread_mutex_unlock(owner);
+		pa_free(a, pa);
 		return 0;
 	}
-	pa->free -= n;
+	out->pblk = pa->pstart + i0;
+	out->len = n;
 	if (!pa->free) {
-		pa_unlink_locked(a, pa);
+		pa_unlink_locked(a, pa, 0, 0);
 		done = pa;
 	}
-	pthread_mutex_unlock(&a->pa_lock);
-	/* The buddy has had these blocks since the PA was made: only the disk changes. */
-	disk_mark(a, p, n, +1);
-	if (done) {
-		atomic_fetch_sub(&a->pa_count, 1);
-		free(done);
-	}
-	out->pblk = p;
-	out->len = n;
+	pthread_mutex_unlock(owner);
+	if (done)
+		pa_free(a, done);
 	return 1;
 }
 
@@ -618,7 +890,7 @@ static int group_alloc(const struct rr_alloc *a, const struct rr_alloc_req *req,
 	uint64_t isize_blk = (req->isize + a->fs->blocksize - 1) / a->fs->blocksize;
 	uint64_t end = req->lblk + len;
 
-	return a->t.mb_group_prealloc && (end > isize_blk ? end : isize_blk) <= a->t.mb_stream_req;
+	return MB_T(a, mb_group_prealloc) && (end > isize_blk ? end : isize_blk) <= MB_T(a, mb_stream_req);
 }
 
 /*
@@ -637,31 +909,30 @@ static int closed_to_end(const struct rr_alloc *a, const struct rr_alloc_req *re
 static int lg_use(struct rr_alloc *a, uint32_t slot, uint32_t len, struct rr_extent *out)
 {
 	struct mb_pa *pa, *done = NULL;
+	struct mb_group *grp;
 
-	pthread_mutex_lock(&a->pa_lock);
+	pthread_mutex_lock(&a->lg_locks[slot]);
 	pa = a->lg[slot];
 	if (!pa || pa->len < len) {
-		pthread_mutex_unlock(&a->pa_lock);
+		pthread_mutex_unlock(&a->lg_locks[slot]);
 		return 0;
 	}
-	/* The group's lock: its PA list is walked by checks and frees. */
-	pthread_mutex_lock(&a->groups[pa->group].lock);
+	grp = &a->groups[pa->group];
+	pthread_mutex_lock(&grp->lock);
 	out->pblk = pa->pstart;
 	out->len = len;
 	pa->pstart += len;
 	pa->len -= len;
 	pa->free -= len;
-	pthread_mutex_unlock(&a->groups[pa->group].lock);
+	take_locked(a, pa->group, (uint32_t)(out->pblk - group_first(a, pa->group)), len);
+	pthread_mutex_unlock(&grp->lock);
 	if (!pa->len) {
-		pa_unlink_locked(a, pa);
+		pa_unlink_locked(a, pa, 0, 0);
 		done = pa;
 	}
-	pthread_mutex_unlock(&a->pa_lock);
-	disk_mark(a, out->pblk, len, +1);
-	if (done) {
-		atomic_fetch_sub(&a->pa_count, 1);
-		free(done);
-	}
+	pthread_mutex_unlock(&a->lg_locks[slot]);
+	if (done)
+		pa_free(a, done);
 	return 1;
 }
 
@@ -674,7 +945,7 @@ static void pa_adjust_overlap(struct rr_alloc *a, ext2_ino_t ino, uint64_t lblk,
 
 	if (!atomic_load(&a->pa_count))
 		return;
-	pthread_mutex_lock(&a->pa_lock);
+	pthread_mutex_lock(ino_lock(a, ino));
 	for (pa = a->pa_hash[pa_bucket(a, ino)]; pa; pa = pa->inext) {
 		uint64_t ps = pa->lstart, pe = pa->lstart + pa->len;
 
@@ -685,7 +956,7 @@ static void pa_adjust_overlap(struct rr_alloc *a, ext2_ino_t ino, uint64_t lblk,
 		else if (ps > lblk && ps < e)
 			e = ps;
 	}
-	pthread_mutex_unlock(&a->pa_lock);
+	pthread_mutex_unlock(ino_lock(a, ino));
 	*start = s;
 	*size = e - s;
 }
@@ -713,8 +984,7 @@ int mb_good_group(struct rr_alloc *a, struct mb_ac *ac, uint32_t g, enum mb_cr c
 	if (!free || (cr < CR_ANY_FREE && free < glen))
 		return 0;
 	if (!grp->buddy) {
-		if (cr < CR_GOAL_LEN_SLOW && g != ac->g_ex.group &&
-		    !ext2fs_bg_flags_test(a->fs, g, EXT2_BG_BLOCK_UNINIT) &&
+		if (cr < CR_GOAL_LEN_SLOW && g != ac->g_ex.group && !atomic_load(&grp->block_uninit) &&
 		    !mb_flex_meta_group(a, g))
 			return 0;
 		if (mb_load_group(a, g))
@@ -754,14 +1024,14 @@ static void check_limits(struct rr_alloc *a, struct mb_ac *ac, int finish_group)
 {
 	if (ac->status != AC_CONTINUE)
 		return;
-	if (ac->found > a->t.mb_max_to_scan && !(ac->hints & MB_HINT_FIRST)) {
+	if (ac->found > MB_T(a, mb_max_to_scan) && !(ac->hints & MB_HINT_FIRST)) {
 		STAT_INC(a, breaks);
 		ac->status = AC_BREAK;
 		return;
 	}
 	if (ac->b_ex.len < ac->g_ex.len)
 		return;
-	if (finish_group || ac->found > a->t.mb_min_to_scan)
+	if (finish_group || ac->found > MB_T(a, mb_min_to_scan))
 		use_best(ac);
 }
 
@@ -826,11 +1096,9 @@ void mb_scan_group(struct rr_alloc *a, struct mb_ac *ac, uint32_t g, enum mb_cr 
 {
 	struct mb_group *grp = &a->groups[g];
 
-	pthread_mutex_lock(&grp->lock);
-	if (!grp->buddy && group_load_locked(a, g)) {
-		pthread_mutex_unlock(&grp->lock);
+	if (mb_load_group(a, g))
 		return;
-	}
+	pthread_mutex_lock(&grp->lock);
 	ac->groups_scanned++;
 	STAT_INC(a, groups_scanned);
 	if (cr == CR_POWER2_ALIGNED) {
@@ -930,38 +1198,59 @@ uint64_t mb_block_of(const struct rr_alloc *a, const struct mb_ext *ex)
 
 /* ---- the allocation pipeline (kernel: ext4_mb_new_blocks) ---- */
 
+static uint64_t sub0(uint64_t x, uint64_t y)
+{
+	return x > y ? x - y : 0;
+}
+
+/* What a request may take when `held` blocks are spoken for beyond claimed and keep. */
+static uint64_t avail_with(struct rr_alloc *a, int root, uint64_t da, uint64_t claimed)
+{
+	uint64_t keep = a->meta_resv + da + (root ? 0 : ext2fs_r_blocks_count(a->fs->super));
+
+	return sub0(sub0(atomic_load(&a->sb_free), claimed), keep);
+}
+
 /* Blocks that ordinary (non-root) writers may still allocate. */
 uint64_t rr_alloc_avail(struct rr_alloc *a, int root)
 {
-	uint64_t keep = a->meta_resv + a->da_reserved + (root ? 0 : ext2fs_r_blocks_count(a->fs->super));
-	uint64_t f = ext2fs_free_blocks_count(a->fs->super);
-
-	return f > keep ? f - keep : 0;
+	return avail_with(a, root, atomic_load(&a->da_reserved), atomic_load(&a->claimed));
 }
 
+uint64_t rr_alloc_free(struct rr_alloc *a)
+{
+	return sub0(sub0(atomic_load(&a->sb_free), atomic_load(&a->claimed)), atomic_load(&a->da_reserved));
+}
+
+/* One compare-and-swap on the promise: two writers never promise the same free block. */
 uint64_t rr_alloc_reserve(struct rr_alloc *a, uint64_t n, int root)
 {
-	uint64_t avail = rr_alloc_avail(a, root);
+	uint64_t r = atomic_load(&a->da_reserved), got;
 
-	if (n > avail)
-		n = avail;
-	a->da_reserved += n;
-	return n;
+	do {
+		uint64_t avail = avail_with(a, root, r, atomic_load(&a->claimed));
+
+		got = n < avail ? n : avail;
+	} while (got && !atomic_compare_exchange_weak(&a->da_reserved, &r, r + got));
+	return got;
 }
 
 void rr_alloc_unreserve(struct rr_alloc *a, uint64_t n)
 {
-	if (n > a->da_reserved) {
-		fprintf(stderr, "rrfuse: mballoc: giving back %llu reserved blocks of %llu\n",
-			(unsigned long long)n, (unsigned long long)a->da_reserved);
-		n = a->da_reserved;
-	}
-	a->da_reserved -= n;
+	uint64_t r = atomic_load(&a->da_reserved);
+
+	do {
+		if (n > r) {
+			fprintf(stderr, "rrfuse: mballoc: giving back %llu reserved blocks of %llu\n",
+				(unsigned long long)n, (unsigned long long)r);
+			n = r;
+		}
+	} while (n && !atomic_compare_exchange_weak(&a->da_reserved, &r, r - n));
 }
 
 uint64_t rr_alloc_reserved(struct rr_alloc *a)
 {
-	return a->da_reserved;
+	return atomic_load(&a->da_reserved);
 }
 
 uint64_t rr_alloc_meta_reserve(struct rr_alloc *a)
@@ -994,7 +1283,7 @@ static void ac_normalize(struct rr_alloc *a, struct mb_ac *ac, const struct rr_a
 	struct mb_norm n = {
 		.bbits = (unsigned int)__builtin_ctz(a->fs->blocksize),
 		.bpg = a->bpg,
-		.max_prealloc_kb = a->t.mb_max_prealloc_kb,
+		.max_prealloc_kb = MB_T(a, mb_max_prealloc_kb),
 		.lblk = req->lblk,
 		.len = ac->o_ex.len,
 		.isize = req->isize,
@@ -1003,7 +1292,7 @@ static void ac_normalize(struct rr_alloc *a, struct mb_ac *ac, const struct rr_a
 	uint64_t isize_blk = (req->isize + a->fs->blocksize - 1) / a->fs->blocksize;
 	uint64_t end = req->lblk + ac->o_ex.len;
 
-	if ((end > isize_blk ? end : isize_blk) > a->t.mb_stream_req)
+	if ((end > isize_blk ? end : isize_blk) > MB_T(a, mb_stream_req))
 		ac->hints |= MB_HINT_STREAM;
 	/* No block of the file on either side: its first window (regular.c tries its goal group first). */
 	if (!req->nbr.pleft && !req->nbr.pright)
@@ -1019,76 +1308,143 @@ static void ac_normalize(struct rr_alloc *a, struct mb_ac *ac, const struct rr_a
 	}
 }
 
-/* Put the found extent to use: a PA for the part beyond the request, the request's part on disk. */
-static void ac_use(struct rr_alloc *a, struct mb_ac *ac, int make_pa, struct rr_extent *out)
+/*
+ * Mark the found extent used in the buddy, if it is still free: between a
+ * search and its use the group was unlocked, and another request may have
+ * taken part of it (kernel: s_mb_lost_chunks).  Returns with the group
+ * locked, or -EAGAIN (unlocked).
+ */
+static int grab_locked(struct rr_alloc *a, const struct mb_ac *ac)
 {
-	uint64_t p = mb_block_of(a, &ac->b_ex);
-	uint32_t blen = ac->b_ex.len;
-	struct mb_pa *pa;
-	uint64_t lstart, off;
+	struct mb_group *grp = &a->groups[ac->b_ex.group];
 
-	if (!make_pa || blen <= ac->o_ex.len || !(pa = calloc(1, sizeof(*pa)))) {
+	pthread_mutex_lock(&grp->lock);
+	if (mb_buddy_extent_at(grp->buddy, ac->b_ex.start, ac->b_ex.len) < ac->b_ex.len) {
+		pthread_mutex_unlock(&grp->lock);
+		STAT_INC(a, lost);
+		return -EAGAIN;
+	}
+	if (mb_buddy_mark_used(grp->buddy, ac->b_ex.start, ac->b_ex.len))
+		mb_fail("marking used blocks that are not free", ac->b_ex.group);
+	group_update(a, ac->b_ex.group);
+	return 0;
+}
+
+/* libext2fs's own allocation: the extent stays marked in the buddy until settle (see hint_add). */
+static int use_hint(struct rr_alloc *a, const struct mb_ac *ac, uint32_t len, struct rr_extent *out)
+{
+	struct mb_group *grp = &a->groups[ac->b_ex.group];
+	struct mb_ac one = *ac;
+	int ret;
+
+	one.b_ex.len = ac->b_ex.len < len ? ac->b_ex.len : len;
+	ret = grab_locked(a, &one);
+	if (ret)
+		return ret;
+	if (hint_add(a, mb_block_of(a, &one.b_ex), one.b_ex.len)) {
+		mb_buddy_free(grp->buddy, one.b_ex.start, one.b_ex.len);
+		group_update(a, one.b_ex.group);
+		pthread_mutex_unlock(&grp->lock);
+		return -ENOSPC;
+	}
+	pthread_mutex_unlock(&grp->lock);
+	out->pblk = mb_block_of(a, &one.b_ex);
+	out->len = one.b_ex.len;
+	return 0;
+}
+
+/* Where in a window shorter than asked for the request's blocks sit (kernel's three tries). */
+static uint64_t pa_lstart(const struct mb_ac *ac, uint32_t blen)
+{
+	uint64_t gend = ac->g_ex.logical + ac->orig_goal_len;
+
+	if (blen >= ac->orig_goal_len)
+		return ac->g_ex.logical;
+	if (ac->o_ex.logical >= gend - blen)
+		return gend - blen;
+	if (ac->o_ex.logical + ac->o_ex.len <= ac->g_ex.logical + blen)
+		return ac->g_ex.logical;
+	return ac->o_ex.logical;
+}
+
+/*
+ * Put the found extent to use: the request's part in use, the rest a PA
+ * (the inode's, or for a small file its CPU's locality group's, which
+ * replaces what was left of the last).  The PA's owner lock is taken
+ * before the group's, so that a check never sees the window half made.
+ * 0, or -EAGAIN when the extent was lost to another request.
+ */
+static int ac_use(struct rr_alloc *a, struct mb_ac *ac, int make_pa, struct rr_extent *out)
+{
+	uint32_t blen = ac->b_ex.len, g = ac->b_ex.group, gstart = ac->b_ex.start;
+	uint64_t p = mb_block_of(a, &ac->b_ex);
+	struct mb_pa *pa = NULL, *old = NULL;
+	pthread_mutex_t *owner = NULL;
+	uint64_t off = 0;
+	int lg = (ac->hints & MB_HINT_GROUP_ALLOC) != 0;
+
+	if (make_pa && blen > ac->o_ex.len)
+		pa = calloc(1, sizeof(*pa) + (lg ? 0 : (blen + 7) / 8));
+	if (!pa) {
 		if (blen > ac->o_ex.len)
-			blen = ac->o_ex.len;
-		buddy_apply(a, p, blen, +1);
-		disk_mark(a, p, blen, +1);
+			ac->b_ex.len = blen = ac->o_ex.len;
+		if (grab_locked(a, ac))
+			return -EAGAIN;
+		take_locked(a, g, gstart, blen);
+		pthread_mutex_unlock(&a->groups[g].lock);
 		out->pblk = p;
 		out->len = blen;
-		return;
+		return 0;
 	}
-	buddy_apply(a, p, blen, +1);
-	pa->group = ac->b_ex.group;
+	pa->group = g;
 	pa->ino = ac->ino;
-	out->pblk = p;
+	pa->len = blen;
 	out->len = ac->o_ex.len;
-	if (ac->hints & MB_HINT_GROUP_ALLOC) {
-		/* The rest becomes the locality group's PA, replacing what was left of the last. */
-		struct mb_pa *old;
-		uint32_t slot = mb_cpu_slot(a);
-
-		pa->lg = (int32_t)slot;
+	if (lg) {
+		pa->lg = (int32_t)mb_cpu_slot(a);
 		pa->pstart = p + out->len;
 		pa->len = pa->free = blen - out->len;
-		disk_mark(a, out->pblk, out->len, +1);
-		STAT_ADD(a, preallocated, pa->free);
-		pthread_mutex_lock(&a->pa_lock);
-		old = a->lg[slot];
+		out->pblk = p;
+		owner = &a->lg_locks[pa->lg];
+	} else {
+		pa->lg = -1;
+		pa->lstart = pa_lstart(ac, blen);
+		off = ac->o_ex.logical - pa->lstart;
+		pa->pstart = p;
+		out->pblk = p + off;
+		if (blen - off < out->len)
+			out->len = (uint32_t)(blen - off);
+		pa->free = blen - out->len;
+		map_set_range(pa->taken, (uint32_t)off, out->len);
+		owner = ino_lock(a, pa->ino);
+	}
+	pthread_mutex_lock(owner);
+	if (grab_locked(a, ac)) {
+		pthread_mutex_unlock(owner);
+		free(pa);
+		return -EAGAIN;
+	}
+	take_locked(a, g, (uint32_t)(out->pblk - group_first(a, g)), out->len);
+	pa->gnext = a->groups[g].pas;
+	a->groups[g].pas = pa;
+	pthread_mutex_unlock(&a->groups[g].lock);
+	if (lg) {
+		old = a->lg[pa->lg];
 		if (old)
-			pa_unlink_locked(a, old);
-		a->lg[slot] = pa;
-		pa_link_group_unlock(a, pa);
-		if (old) {
-			old->inext = NULL;
-			pa_release_list(a, old);
-		}
-		return;
+			pa_unlink_locked(a, old, 0, 0);
+		a->lg[pa->lg] = pa;
+	} else {
+		pa->inext = a->pa_hash[pa_bucket(a, pa->ino)];
+		a->pa_hash[pa_bucket(a, pa->ino)] = pa;
 	}
-	pa->lg = -1;
-	/* Shorter than the window: place it so it still covers the request (kernel's three tries). */
-	lstart = ac->g_ex.logical;
-	if (blen < ac->orig_goal_len) {
-		uint64_t gend = ac->g_ex.logical + ac->orig_goal_len;
-
-		if (ac->o_ex.logical >= gend - blen)
-			lstart = gend - blen;
-		else if (ac->o_ex.logical + ac->o_ex.len <= ac->g_ex.logical + blen)
-			lstart = ac->g_ex.logical;
-		else
-			lstart = ac->o_ex.logical;
-	}
-	off = ac->o_ex.logical - lstart;
-	pa->lstart = lstart;
-	pa->pstart = p;
-	pa->len = blen;
-	out->pblk = p + off;
-	out->len = (uint32_t)(blen - off < ac->o_ex.len ? blen - off : ac->o_ex.len);
-	pa->free = blen - out->len;
-	disk_mark(a, out->pblk, out->len, +1);
+	pthread_mutex_unlock(owner);
+	atomic_fetch_add(&a->pa_count, 1);
 	STAT_ADD(a, preallocated, pa->free);
-	pthread_mutex_lock(&a->pa_lock);
-	pa->inext = a->pa_hash[pa_bucket(a, pa->ino)];
-	a->pa_hash[pa_bucket(a, pa->ino)] = pa;
-	pa_link_group_unlock(a, pa);
+	if (old) {
+		old->inext = NULL;
+		pa_release_list(a, old);
+	}
+	return 0;
 }
 
 /*
@@ -1109,13 +1465,13 @@ static void stat_pa_hit(struct rr_alloc *a, const struct rr_alloc_req *req, uint
 		STAT_INC(a, goal_hits);
 }
 
-/* One try: a PA hit, else normalise, search, use.  0 or -ENOSPC. */
+/* One try: a PA hit, else normalise, search, use (again if the find was lost).  0 or -ENOSPC. */
 static int mb_new_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, uint32_t len,
 			 struct rr_extent *out)
 {
 	int file_data = (req->flags & RR_ALLOC_DATA) && req->ino && !(req->flags & RR_ALLOC_HINT_ONLY);
 	struct mb_ac ac;
-	int small, exact;
+	int small, exact, ret;
 
 	if (file_data && pa_use(a, req->ino, req->lblk, len, out)) {
 		stat_pa_hit(a, req, len, out);
@@ -1127,65 +1483,98 @@ static int mb_new_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, uin
 		stat_pa_hit(a, req, len, out);
 		return 0;
 	}
-	ac_init(a, &ac, req, len);
-	if (req->flags & RR_ALLOC_DATA)
-		ac.hints |= MB_HINT_DATA;
-	if (file_data && (req->nbr.pleft || req->nbr.pright))
-		ac.hints |= MB_HINT_FILE_GOAL;
-	if (small) {
-		/* Kernel: GROUP_ALLOC requests are not normalised; they ask for mb_group_prealloc. */
-		ac.hints |= MB_HINT_GROUP_ALLOC;
-		if (a->t.mb_group_prealloc > len)
-			ac.g_ex.len = a->t.mb_group_prealloc;
-	} else if (file_data && !exact) {
-		ac_normalize(a, &ac, req);
-	}
-	ac.orig_goal_len = ac.g_ex.len;
-	a->policy->choose(a, &ac);
-	if (!ac.b_ex.len)
-		return -ENOSPC;
-	STAT_INC(a, reqs);
-	if (ac.b_ex.len >= ac.o_ex.len)
-		STAT_INC(a, success);
-	if (ac.b_ex.group == ac.o_ex.group && ac.b_ex.start == ac.o_ex.start)
-		STAT_INC(a, goal_hits);
-	if (ac.b_ex.len == ac.orig_goal_len)
-		STAT_INC(a, len_goal_hits);
-	if (req->flags & RR_ALLOC_HINT_ONLY) {
-		/* libext2fs accounts the blocks; its stats callback updates the buddy. */
-		out->pblk = mb_block_of(a, &ac.b_ex);
-		out->len = ac.b_ex.len < len ? ac.b_ex.len : len;
-		return 0;
-	}
-	ac_use(a, &ac, file_data && !exact, out);
-	return 0;
+	do {
+		struct mb_running *run = atomic_load(&a->run);
+		uint32_t gp = MB_T(a, mb_group_prealloc);
+
+		ac_init(a, &ac, req, len);
+		if (req->flags & RR_ALLOC_DATA)
+			ac.hints |= MB_HINT_DATA;
+		if (file_data && (req->nbr.pleft || req->nbr.pright))
+			ac.hints |= MB_HINT_FILE_GOAL;
+		if (small) {
+			/* Kernel: GROUP_ALLOC requests are not normalised; they ask for mb_group_prealloc. */
+			ac.hints |= MB_HINT_GROUP_ALLOC;
+			if (gp > len)
+				ac.g_ex.len = gp;
+		} else if (file_data && !exact) {
+			ac_normalize(a, &ac, req);
+		}
+		ac.orig_goal_len = ac.g_ex.len;
+		ac.priv = run->priv;
+		run->policy->choose(a, &ac);
+		if (!ac.b_ex.len)
+			return -ENOSPC;
+		STAT_INC(a, reqs);
+		if (ac.b_ex.len >= ac.o_ex.len)
+			STAT_INC(a, success);
+		if (ac.b_ex.group == ac.o_ex.group && ac.b_ex.start == ac.o_ex.start)
+			STAT_INC(a, goal_hits);
+		if (ac.b_ex.len == ac.orig_goal_len)
+			STAT_INC(a, len_goal_hits);
+		if (req->flags & RR_ALLOC_HINT_ONLY)
+			ret = use_hint(a, &ac, len, out);
+		else
+			ret = ac_use(a, &ac, file_data && !exact, out);
+	} while (ret == -EAGAIN);
+	return ret;
+}
+
+/*
+ * Without the fs lock, the blocks a request may take are claimed first
+ * (one compare-and-swap), so that requests running at once never take
+ * more than the reserves leave; what it did not use is given back after.
+ */
+static uint64_t claim(struct rr_alloc *a, uint64_t len, int root, int all)
+{
+	uint64_t c = atomic_load(&a->claimed), got;
+
+	do {
+		uint64_t avail = all ? sub0(atomic_load(&a->sb_free), c) :
+				 avail_with(a, root, atomic_load(&a->da_reserved), c);
+
+		got = len < avail ? len : avail;
+	} while (got && !atomic_compare_exchange_weak(&a->claimed, &c, c + got));
+	return got;
 }
 
 int rr_alloc_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, struct rr_extent *out)
 {
-	uint64_t avail, len = req->len;
+	/* Metadata may use every free block; a reserved request's blocks were counted when promised. */
+	int all = !!(req->flags & (RR_ALLOC_METADATA | RR_ALLOC_RESERVED));
+	int root = !!(req->flags & RR_ALLOC_USE_ROOT_RESV);
+	int nolock = (req->flags & RR_ALLOC_NOLOCK) && a->host_lock;
+	uint64_t len = req->len < a->bpg ? req->len : a->bpg;
 	int ret;
 
 	if (!len)
 		return -EINVAL;
-	/* A reserved request's blocks were counted when they were promised. */
-	if (req->flags & (RR_ALLOC_METADATA | RR_ALLOC_RESERVED))
-		avail = ext2fs_free_blocks_count(a->fs->super);
-	else
-		avail = rr_alloc_avail(a, !!(req->flags & RR_ALLOC_USE_ROOT_RESV));
-	if (!avail)
+	if (nolock) {
+		len = claim(a, len, root, all);
+	} else {
+		uint64_t avail = all ? sub0(atomic_load(&a->sb_free), atomic_load(&a->claimed)) :
+				 rr_alloc_avail(a, root);
+
+		if (len > avail)
+			len = avail;
+	}
+	if (!len)
 		return -ENOSPC;
-	if (len > avail)
-		len = avail;
-	if (len > a->bpg)
-		len = a->bpg;
+	tl_nolock = nolock;
 	ret = mb_new_blocks(a, req, (uint32_t)len, out);
 	/* Free space may sit in preallocations: give them all back and try once more. */
 	if (ret == -ENOSPC && rr_alloc_discard_all(a))
 		ret = mb_new_blocks(a, req, (uint32_t)len, out);
-	if (!ret)
+	tl_nolock = 0;
+	if (nolock)
+		atomic_fetch_sub(&a->claimed, len - (ret ? 0 : out->len));
+	if (ret)
+		return ret;
+	if (req->flags & RR_ALLOC_RESERVED)
+		rr_alloc_unreserve(a, out->len);
+	if (!nolock)
 		verify_range(a, out->pblk, out->len);
-	return ret;
+	return 0;
 }
 
 /* ---- freeing: one place for the buddy, whoever changed the bitmap ---- */
@@ -1195,6 +1584,7 @@ int rr_alloc_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, struct r
  * group, no PA overlapping it any more).  Blocks the buddy has free
  * already are left alone: a corrupt image can make libext2fs free a block
  * twice (two files claiming it), which must not bring the daemon down.
+ * fs lock held.
  */
 static void free_freed(struct rr_alloc *a, uint32_t g, uint64_t blk, uint32_t n)
 {
@@ -1203,15 +1593,15 @@ static void free_freed(struct rr_alloc *a, uint32_t g, uint64_t blk, uint32_t n)
 
 	pthread_mutex_lock(&grp->lock);
 	if (!grp->buddy) {
-		grp->free = ext2fs_bg_free_blocks_count(a->fs, g);
-		if (a->t.discard)
+		atomic_store(&grp->free, ext2fs_bg_free_blocks_count(a->fs, g));
+		if (MB_T(a, discard))
 			io_channel_discard(a->fs->io, blk, n);
 		pthread_mutex_unlock(&grp->lock);
 		return;
 	}
 	for (i = 0; i <= n; i++) {
 		int freed = i < n && !ext2fs_test_block_bitmap2(a->fs->block_map, blk + i) &&
-			    mb_buddy_test(grp->buddy, off + i);
+			    !mb_bit_test(grp->pmap, off + i) && mb_buddy_test(grp->buddy, off + i);
 
 		if (freed) {
 			run++;
@@ -1224,7 +1614,7 @@ static void free_freed(struct rr_alloc *a, uint32_t g, uint64_t blk, uint32_t n)
 		 * not wait for a commit: a crash may bring back a deleted file
 		 * with its contents discarded.
 		 */
-		if (run && a->t.discard)
+		if (run && MB_T(a, discard))
 			io_channel_discard(a->fs->io, blk + i - run, run);
 		if (run && mb_buddy_free(grp->buddy, off + i - run, run))
 			mb_fail("freeing blocks that are free", g);
@@ -1237,9 +1627,10 @@ static void free_freed(struct rr_alloc *a, uint32_t g, uint64_t blk, uint32_t n)
 			g, twice);
 }
 
-/* [blk, blk+len) was just freed (clear in the bitmap already). */
+/* [blk, blk+len) was just freed (clear in the bitmap already).  fs lock held. */
 static void release_range(struct rr_alloc *a, uint64_t blk, uint64_t len)
 {
+	hints_forget(a, blk, len);
 	while (len) {
 		uint32_t g = group_of(a, blk);
 		uint64_t n = group_first(a, g) + group_nblocks(a, g) - blk;
@@ -1254,7 +1645,7 @@ static void release_range(struct rr_alloc *a, uint64_t blk, uint64_t len)
 	}
 }
 
-/* libext2fs marked [blk, blk+len) used: mark what the buddy still shows free. */
+/* libext2fs marked [blk, blk+len) used: mark what the buddy still shows free.  fs lock held. */
 static void claim_range(struct rr_alloc *a, uint64_t blk, uint64_t len)
 {
 	while (len) {
@@ -1268,7 +1659,7 @@ static void claim_range(struct rr_alloc *a, uint64_t blk, uint64_t len)
 		pa_discard_overlap(a, blk, (uint32_t)n, 0);
 		pthread_mutex_lock(&grp->lock);
 		if (!grp->buddy) {
-			grp->free = ext2fs_bg_free_blocks_count(a->fs, g);
+			atomic_store(&grp->free, ext2fs_bg_free_blocks_count(a->fs, g));
 		} else {
 			off = (uint32_t)(blk - group_first(a, g));
 			end = off + (uint32_t)n;
@@ -1293,25 +1684,7 @@ void rr_free_blocks(struct rr_alloc *a, uint64_t pblk, uint32_t len)
 	release_range(a, pblk, len);
 }
 
-/* ---- libext2fs's callbacks ---- */
-
-/* Is blk's state in the bitmap (inuse > 0: used) not yet in its loaded group's buddy? */
-static int pending(struct rr_alloc *a, uint64_t blk, int inuse)
-{
-	uint32_t g = group_of(a, blk), off = (uint32_t)(blk - group_first(a, g));
-	struct mb_group *grp = &a->groups[g];
-	int disk = !!ext2fs_test_block_bitmap2(a->fs->block_map, blk), r;
-	struct mb_pa *pa;
-
-	pthread_mutex_lock(&grp->lock);
-	r = grp->buddy && disk == (inuse > 0) && mb_buddy_test(grp->buddy, off) != disk;
-	/* A preallocated block is free on disk and used in the buddy by design. */
-	for (pa = grp->pas; r && pa; pa = pa->gnext)
-		if (blk >= pa->pstart && blk < pa->pstart + pa->len)
-			r = 0;
-	pthread_mutex_unlock(&grp->lock);
-	return r;
-}
+/* ---- libext2fs's callbacks (fs lock held) ---- */
 
 static void apply_range(struct rr_alloc *a, uint64_t blk, uint64_t num, int inuse)
 {
@@ -1322,13 +1695,44 @@ static void apply_range(struct rr_alloc *a, uint64_t blk, uint64_t num, int inus
 }
 
 /*
+ * Where the run that libext2fs just changed, ending at end (in loaded
+ * group g), starts: the blocks before end whose new state (inuse > 0:
+ * used) the buddy does not have yet.  Pending blocks (free on disk, used in
+ * the buddy, not yet applied) and preallocated ones (the same by design)
+ * are not part of it, nor blocks chosen for libext2fs that it has not
+ * accounted yet.  Group lock held, so no request adds pending blocks
+ * meanwhile.
+ */
+static uint64_t changed_from(struct rr_alloc *a, uint32_t g, uint64_t end, int inuse)
+{
+	struct mb_group *grp = &a->groups[g];
+	uint64_t gfirst = group_first(a, g), s = end;
+	struct mb_pa *pa;
+
+	while (s > gfirst) {
+		uint64_t b = s - 1;
+		uint32_t off = (uint32_t)(b - gfirst);
+		int disk = !!ext2fs_test_block_bitmap2(a->fs->block_map, b), r;
+
+		r = disk == (inuse > 0) && mb_buddy_test(grp->buddy, off) != disk &&
+		    !mb_bit_test(grp->pmap, off) && !(inuse < 0 && in_hint(a, b));
+		for (pa = grp->pas; r && pa; pa = pa->gnext)
+			if (b >= pa->pstart && b < pa->pstart + pa->len)
+				r = 0;
+		if (!r)
+			break;
+		s = b;
+	}
+	return s;
+}
+
+/*
  * libext2fs changed the bitmap for [blk, blk+num).  But e2fsprogs 1.47.0's
  * ext2fs_block_alloc_stats_range hands its callback the end of the range
  * and a count of 0 (its loop consumed both; later versions pass the
- * originals).  Then the range is recovered from the bitmap: the blocks just
- * before the end whose new state the buddy does not have yet.  Such a
- * range lies in at most two groups (ext2fs_alloc_range takes what our
- * new_range chose, one group; punch frees one extent, at most a group
+ * originals).  Then the range is recovered from the bitmap (changed_from).
+ * Such a range lies in at most two groups (ext2fs_alloc_range takes what
+ * our new_range chose, one group; punch frees one extent, at most a group
  * long); a group not loaded yet needs nothing, it is built from the bitmap
  * as it is now.
  */
@@ -1340,24 +1744,27 @@ static void cb_stats_range(ext2_filsys fs, blk64_t blk, blk_t num, int inuse)
 
 	if (a->in_engine)
 		return;
+	atomic_store(&a->sb_free, ext2fs_free_blocks_count(fs->super));
 	if (num) {
 		apply_range(a, blk, num, inuse);
 		return;
 	}
 	for (n = 0; n < 2 && end > a->first_data_block; n++) {
 		uint32_t g = group_of(a, end - 1);
-		uint64_t gfirst = group_first(a, g), s = end;
+		uint64_t gfirst = group_first(a, g), s;
 
 		if (!a->groups[g].buddy) {
 			mb_load_group(a, g);
-		} else {
-			while (s > gfirst && pending(a, s - 1, inuse))
-				s--;
-			if (s < end)
-				apply_range(a, s, end - s, inuse);
-			if (s > gfirst || s == end)
-				break;
+			end = gfirst;
+			continue;
 		}
+		pthread_mutex_lock(&a->groups[g].lock);
+		s = changed_from(a, g, end, inuse);
+		pthread_mutex_unlock(&a->groups[g].lock);
+		if (s < end)
+			apply_range(a, s, end - s, inuse);
+		if (s > gfirst || s == end)
+			break;
 		end = gfirst;
 	}
 }
@@ -1406,6 +1813,15 @@ static errcode_t cb_new_range(ext2_filsys fs, int flags, blk64_t goal, blk64_t l
 		pthread_mutex_lock(&a->groups[g].lock);
 		n = mb_buddy_extent_at(a->groups[g].buddy, (uint32_t)(goal - group_first(a, g)),
 				       len < a->bpg ? (uint32_t)len : a->bpg);
+		if ((flags & EXT2_NEWRANGE_MIN_LENGTH) && n < len)
+			n = 0;
+		/* Held for libext2fs until settle, as every choice made for it (hint_add). */
+		if (n && hint_add(a, goal, n))
+			n = 0;
+		if (n) {
+			mb_buddy_mark_used(a->groups[g].buddy, (uint32_t)(goal - group_first(a, g)), n);
+			group_update(a, g);
+		}
 		pthread_mutex_unlock(&a->groups[g].lock);
 		if (!n && atomic_load(&a->pa_count)) {
 			rr_alloc_discard_all(a);
@@ -1435,7 +1851,9 @@ int rr_alloc_attach(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr
 	uint64_t blocks = ext2fs_blocks_count(fs->super);
 	unsigned int bbits = (unsigned int)__builtin_ctz(fs->blocksize);
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-	uint32_t g;
+	const struct mb_policy *policy;
+	char err[128];
+	uint32_t g, i;
 	int l, o;
 
 	if (!a)
@@ -1444,8 +1862,8 @@ int rr_alloc_attach(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr
 		a->t = *t;
 	else
 		rr_alloc_tunables_default(&a->t);
-	a->policy = mb_policy_find(a->t.policy);
-	if (!a->policy || EXT2FS_CLUSTER_RATIO(fs) != 1) {
+	policy = mb_policy_find(a->t.policy);
+	if (!policy || EXT2FS_CLUSTER_RATIO(fs) != 1) {
 		free(a);
 		return -EINVAL;
 	}
@@ -1465,6 +1883,8 @@ int rr_alloc_attach(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr
 		a->t.mb_group_prealloc = a->bpg;
 	/* As the kernel's s_resv_clusters: 2 % of the blocks, at most 4096. */
 	a->meta_resv = blocks / 50 < 4096 ? blocks / 50 : 4096;
+	atomic_init(&a->sb_free, ext2fs_free_blocks_count(fs->super));
+	atomic_init(&a->pending_head, -1);
 	a->groups = calloc(a->ngroups, sizeof(*a->groups));
 	a->pa_nbuckets = 1024;
 	a->pa_hash = calloc(a->pa_nbuckets, sizeof(*a->pa_hash));
@@ -1475,7 +1895,9 @@ int rr_alloc_attach(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr
 	a->last_groups = calloc(a->nr_last_groups, sizeof(*a->last_groups));
 	a->nlg = (uint32_t)(ncpu > 0 ? ncpu : 1);
 	a->lg = calloc(a->nlg, sizeof(*a->lg));
-	if (!a->groups || !a->pa_hash || !a->last_groups || !a->lg) {
+	a->lg_locks = calloc(a->nlg, sizeof(*a->lg_locks));
+	if (!a->groups || !a->pa_hash || !a->last_groups || !a->lg || !a->lg_locks) {
+		free(a->lg_locks);
 		free(a->lg);
 		free(a->groups);
 		free(a->pa_hash);
@@ -1484,20 +1906,27 @@ int rr_alloc_attach(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr
 		return -ENOMEM;
 	}
 	for (l = 0; l < MB_NLISTS; l++)
-		for (o = 0; o < MB_NUM_ORDERS_MAX; o++)
+		for (o = 0; o < MB_NUM_ORDERS_MAX; o++) {
 			a->list_head[l][o] = a->list_tail[l][o] = -1;
+			pthread_mutex_init(&a->list_lock[l][o], NULL);
+		}
+	for (i = 0; i < MB_PA_LOCKS; i++)
+		pthread_mutex_init(&a->pa_locks[i], NULL);
+	for (i = 0; i < a->nlg; i++)
+		pthread_mutex_init(&a->lg_locks[i], NULL);
 	/* Only the descriptors: buddies are built on first use. */
 	for (g = 0; g < a->ngroups; g++) {
 		struct mb_group *grp = &a->groups[g];
 
 		pthread_mutex_init(&grp->lock, NULL);
-		grp->free = ext2fs_bg_free_blocks_count(fs, g);
-		grp->largest_order = grp->avg_order = -1;
-		grp->list_order[0] = grp->list_order[1] = -1;
+		atomic_init(&grp->free, ext2fs_bg_free_blocks_count(fs, g));
+		atomic_init(&grp->block_uninit, !!ext2fs_bg_flags_test(fs, g, EXT2_BG_BLOCK_UNINIT));
+		atomic_init(&grp->largest_order, -1);
+		atomic_init(&grp->avg_order, -1);
+		atomic_init(&grp->list_order[0], -1);
+		atomic_init(&grp->list_order[1], -1);
 	}
-	pthread_mutex_init(&a->list_lock, NULL);
-	pthread_mutex_init(&a->pa_lock, NULL);
-	if (a->policy->init && a->policy->init(a)) {
+	if (mb_policy_switch(a, policy, err, sizeof(err))) {
 		rr_alloc_detach(a);
 		return -ENOMEM;
 	}
@@ -1509,6 +1938,13 @@ int rr_alloc_attach(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr
 	ext2fs_set_block_alloc_stats_range_callback(fs, cb_stats_range, &a->old_stats_range);
 	*out = a;
 	return 0;
+}
+
+void rr_alloc_set_lock(struct rr_alloc *a, void (*lock)(void *), void (*unlock)(void *), void *arg)
+{
+	a->host_lock = lock;
+	a->host_unlock = unlock;
+	a->host_arg = arg;
 }
 
 /* With mb_stats, the statistics at unmount (as the kernel's ext4_mb_release), in rrctl -s's text. */
@@ -1523,13 +1959,17 @@ static void print_stats(struct rr_alloc *a)
 
 void rr_alloc_detach(struct rr_alloc *a)
 {
-	uint32_t g;
+	struct mb_running *run, *next;
+	uint32_t g, i;
+	int l, o;
 
 	if (!a)
 		return;
 	if (a->t.mb_stats)
 		print_stats(a);
 	if (a->fs->priv_data == a) {
+		rr_alloc_sync(a);
+		rr_alloc_settle(a);
 		/* PAs were never on disk: dropping them leaves the bitmap holding only owned blocks. */
 		rr_alloc_discard_all(a);
 		ext2fs_set_alloc_block_callback(a->fs, a->old_get_alloc_block, NULL);
@@ -1538,20 +1978,34 @@ void rr_alloc_detach(struct rr_alloc *a)
 		ext2fs_set_block_alloc_stats_range_callback(a->fs, a->old_stats_range, NULL);
 		a->fs->priv_data = a->old_priv;
 	}
-	if (a->policy && a->policy->fini)
-		a->policy->fini(a);
+	/* The running policy and every one a live switch replaced (kept for requests then in flight). */
+	for (run = atomic_load(&a->run); run; run = next) {
+		next = run->retired;
+		a->policy_priv = run->priv;
+		if (run->policy->fini)
+			run->policy->fini(a);
+		free(run);
+	}
 	for (g = 0; g < a->ngroups; g++) {
 		if (a->groups[g].buddy) {
 			mb_buddy_destroy(a->groups[g].buddy);
 			free(a->groups[g].buddy);
 		}
+		free(a->groups[g].pmap);
 		pthread_mutex_destroy(&a->groups[g].lock);
 	}
-	pthread_mutex_destroy(&a->list_lock);
-	pthread_mutex_destroy(&a->pa_lock);
+	for (l = 0; l < MB_NLISTS; l++)
+		for (o = 0; o < MB_NUM_ORDERS_MAX; o++)
+			pthread_mutex_destroy(&a->list_lock[l][o]);
+	for (i = 0; i < MB_PA_LOCKS; i++)
+		pthread_mutex_destroy(&a->pa_locks[i]);
+	for (i = 0; i < a->nlg; i++)
+		pthread_mutex_destroy(&a->lg_locks[i]);
 	free(a->groups);
 	free(a->pa_hash);
 	free(a->last_groups);
 	free(a->lg);
+	free(a->lg_locks);
+	free(a->hints);
 	free(a);
 }

@@ -36,6 +36,22 @@ struct mb_buddy {
 	uint8_t *bits[MB_NUM_ORDERS_MAX];	/* bits[k]: size >> k bits, 1 = used */
 };
 
+/* Bitmaps as libext2fs exports them: bit i of byte i / 8, LSB first. */
+static inline int mb_bit_test(const uint8_t *m, uint32_t i)
+{
+	return (m[i >> 3] >> (i & 7)) & 1;
+}
+
+static inline void mb_bit_set(uint8_t *m, uint32_t i)
+{
+	m[i >> 3] |= (uint8_t)(1u << (i & 7));
+}
+
+static inline void mb_bit_clear(uint8_t *m, uint32_t i)
+{
+	m[i >> 3] &= (uint8_t)~(1u << (i & 7));
+}
+
 /* mb_buddy.c: pure functions, unit-tested without a filesystem. */
 int mb_buddy_init(struct mb_buddy *b, uint32_t nblocks, unsigned int max_order);
 void mb_buddy_destroy(struct mb_buddy *b);
@@ -74,18 +90,28 @@ enum { MB_LIST_LARGEST, MB_LIST_AVG, MB_NLISTS };
 
 /*
  * Per-group state.  The summary fields are copies of the buddy's, written
- * under the group lock and read without it by the list-driven scans as
- * hints (rechecked under the lock before use).
+ * under the group lock and read without it by the scans as hints
+ * (rechecked under the lock before use): atomics, as is the buddy pointer
+ * (set once, by the group's load).
  */
 struct mb_group {
-	pthread_mutex_t lock;		/* buddy, summary, pas list */
-	struct mb_buddy *buddy;		/* NULL until first use (lazy load) */
-	uint32_t free;			/* in the buddy: preallocated blocks count as used */
-	uint32_t fragments;
-	int8_t largest_order;		/* -1: none free */
-	int8_t avg_order;
-	int8_t list_order[MB_NLISTS];	/* the list this group is on, -1 none (under list_lock) */
-	int32_t list_next[MB_NLISTS], list_prev[MB_NLISTS];
+	pthread_mutex_t lock;		/* buddy, pmap, pas list, queued */
+	struct mb_buddy *_Atomic buddy;	/* NULL until first use (lazy load) */
+	/*
+	 * Blocks taken without the fs lock and not yet in libext2fs's bitmap
+	 * (1 = pending), applied by rr_alloc_sync.  Allocated with the buddy.
+	 */
+	uint8_t *pmap;
+	uint32_t npending;
+	int queued;			/* on the pending stack (a->pending_head) */
+	int32_t qnext;			/* next on that stack */
+	_Atomic uint32_t free;		/* in the buddy: preallocated blocks count as used */
+	_Atomic uint32_t fragments;
+	_Atomic int8_t largest_order;	/* -1: none free */
+	_Atomic int8_t avg_order;
+	_Atomic uint8_t block_uninit;	/* EXT2_BG_BLOCK_UNINIT as of the last fs-locked look */
+	_Atomic int8_t list_order[MB_NLISTS];	/* the list this group is on, -1 none */
+	int32_t list_next[MB_NLISTS], list_prev[MB_NLISTS];	/* under that list's lock */
 	struct mb_pa *pas;		/* preallocations inside this group */
 };
 
@@ -93,9 +119,11 @@ struct mb_group {
  * A preallocation: physical blocks [pstart, pstart+len) reserved in the
  * buddy, not on disk.  An inode PA (lg < 0) is for logical blocks
  * [lstart, lstart+len) of one file; a block is handed out by logical
- * position and free counts those not handed out.  A locality-group PA
- * (lg >= 0) serves small files of that group from its front: pstart and
- * len move up as it is used, so free == len.
+ * position (its bit in taken is set) and free counts those not handed out.
+ * A locality-group PA (lg >= 0) serves small files of that group from its
+ * front: pstart and len move up as it is used, so free == len and taken is
+ * not used.  Fields change under the PA's owner lock (pa_owner_lock) and
+ * its group's lock both, so either one makes them readable.
  */
 struct mb_pa {
 	uint64_t lstart;
@@ -107,6 +135,7 @@ struct mb_pa {
 	int32_t lg;			/* locality group, or -1 for an inode PA */
 	struct mb_pa *inext;		/* inode hash chain */
 	struct mb_pa *gnext;		/* group's list */
+	uint8_t taken[];		/* inode PA: a bit per block, 1 = handed out */
 };
 
 /* Request hints (EXT4_MB_HINT_* in the kernel). */
@@ -141,6 +170,7 @@ struct mb_ac {
 	enum mb_cr cr;
 	enum mb_status status;
 	uint32_t found;			/* extents measured (ac_found) */
+	void *priv;			/* the running policy's own state (struct mb_running) */
 	uint32_t groups_scanned;
 };
 
@@ -162,9 +192,9 @@ struct mb_policy;
 
 /*
  * Statistics (mb_stats), in the kernel's meaning; counted only when mb_stats
- * is on (rrctl -s shows them in the kernel's format).  lost (the kernel's
- * s_mb_lost_chunks: a best extent taken by another allocator between its
- * search and its use) stays 0 while allocation runs under the fs lock.
+ * is on (rrctl -s shows them in the kernel's format).  lost is the
+ * kernel's s_mb_lost_chunks: a best extent taken by another allocator
+ * between its search and its use (the search then runs again).
  */
 struct mb_stats {
 	atomic_ulong reqs, success, groups_scanned, extents_scanned, goal_hits, len_goal_hits;
@@ -174,30 +204,66 @@ struct mb_stats {
 	atomic_ulong cr_useless[MB_NUM_CRS];
 };
 
+/* A policy and its state; a live switch puts a new one in and keeps the old until detach. */
+struct mb_running {
+	const struct mb_policy *policy;
+	void *priv;
+	struct mb_running *retired;	/* the one it replaced */
+};
+
+#define MB_PA_LOCKS 64		/* inode PA hash buckets share this many locks */
+
+/*
+ * The allocator.  Fields without a note are set at attach and read-only
+ * after.  Tunables (t) change only under the fs lock, field by field with
+ * atomic stores (rr_alloc_set); readers without the fs lock use MB_T().
+ */
 struct rr_alloc {
 	ext2_filsys fs;
 	struct rr_alloc_tunables t;
+	/* What requests run: read once per request.  policy is the same, for fs-locked readers. */
+	struct mb_running *_Atomic run;
 	const struct mb_policy *policy;
-	void *policy_priv;
+	void *policy_priv;		/* set by a policy's init, handed to its fini (fs lock) */
 	uint64_t meta_resv;
-	uint64_t da_reserved;		/* blocks promised to delayed allocations (fs lock) */
 	uint32_t ngroups, bpg;
 	uint64_t first_data_block;
 	unsigned int max_order;
 	uint32_t prefetch;		/* groups loaded ahead of a search (kernel: mb_prefetch) */
 	struct mb_group *groups;
 
-	/* The optimised-scan lists: heads per order, under list_lock. */
-	pthread_mutex_t list_lock;
+	/*
+	 * Free space, as counts (the kernel's s_freeclusters_counter and
+	 * s_dirtyclusters_counter): libext2fs's free count as of its last
+	 * change (updated under the fs lock), blocks taken without the fs
+	 * lock and not in that count yet, and blocks promised to delayed
+	 * allocations.
+	 */
+	_Atomic uint64_t sb_free;
+	_Atomic uint64_t claimed;
+	_Atomic uint64_t da_reserved;
+	/* Groups with pending blocks: a stack of group numbers through mb_group.qnext, -1 = empty. */
+	_Atomic int32_t pending_head;
+	/* Blocks chosen for libext2fs (HINT_ONLY), marked in the buddy until it accounts them (fs lock). */
+	struct rr_extent *hints;
+	uint32_t nhints, hints_cap;
+	/* Taken by an allocation without the fs lock that must load a group (rr_alloc_set_lock). */
+	void (*host_lock)(void *);
+	void (*host_unlock)(void *);
+	void *host_arg;
+
+	/* The optimised-scan lists: heads per order, each (list, order) under its own lock. */
+	pthread_mutex_t list_lock[MB_NLISTS][MB_NUM_ORDERS_MAX];
 	int32_t list_head[MB_NLISTS][MB_NUM_ORDERS_MAX];
 	int32_t list_tail[MB_NLISTS][MB_NUM_ORDERS_MAX];
 
-	/* Inode preallocations by inode number, under pa_lock. */
-	pthread_mutex_t pa_lock;
+	/* Inode preallocations by inode number; bucket b under pa_locks[b % MB_PA_LOCKS]. */
+	pthread_mutex_t pa_locks[MB_PA_LOCKS];
 	struct mb_pa **pa_hash;
 	uint32_t pa_nbuckets;
-	/* Locality groups, one per CPU: each holds its current group PA (or NULL), under pa_lock. */
+	/* Locality groups, one per CPU: each holds its current group PA (or NULL), under lg_locks[i]. */
 	struct mb_pa **lg;
+	pthread_mutex_t *lg_locks;
 	uint32_t nlg;
 	atomic_ulong pa_count;
 
@@ -215,6 +281,9 @@ struct rr_alloc {
 	void (*old_stats)(ext2_filsys, blk64_t, int);
 	void (*old_stats_range)(ext2_filsys, blk64_t, blk_t, int);
 };
+
+/* A tunable, read where rrctl may change it meanwhile (no fs lock). */
+#define MB_T(a, f) __atomic_load_n(&(a)->t.f, __ATOMIC_RELAXED)
 
 /* Engine services for policies (mballoc.c). */
 int mb_load_group(struct rr_alloc *a, uint32_t g);

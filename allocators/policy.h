@@ -8,9 +8,11 @@
  * ac->status is AC_FOUND, or gives up with ac->b_ex.len == 0.
  *
  * A policy is one file, allocators/NAME.c defining mb_policy_NAME, and one
- * line MB_POLICY(NAME) in allocators/policies.def.  Calls come with
- * the fs lock held (see mballoc.c), so init/fini and choose need no
- * locking of their own beyond what they add to the group state.
+ * line MB_POLICY(NAME) in allocators/policies.def.  init and fini run
+ * under the fs lock; choose may not (file data is allocated without it):
+ * requests run at once, so whatever state a policy keeps beyond the
+ * engine's (ac->priv) must be atomic or locked by the policy itself, and
+ * tunables are read with MB_T().
  */
 #ifndef RR_MB_POLICY_H
 #define RR_MB_POLICY_H
@@ -22,10 +24,11 @@
 struct mb_policy {
 	const char *name;
 	/*
-	 * Optional: init sets a->policy_priv, fini frees it.  They run at
-	 * attach/detach and at a live switch (rrctl allocator=NAME, mb_ctl.c),
-	 * where the new policy's init runs on a running allocator before the
-	 * old one's fini; a->policy_priv is the running policy's own in each.
+	 * Optional: init sets a->policy_priv (choose then finds it in
+	 * ac->priv), fini frees it (a->policy_priv set to it).  init runs at
+	 * attach and at a live switch (rrctl allocator=NAME, mb_ctl.c); fini
+	 * only at detach, also for policies switched away from, as a request
+	 * may still be running in them after the switch.
 	 */
 	int (*init)(struct rr_alloc *a);
 	void (*fini)(struct rr_alloc *a);
@@ -38,8 +41,9 @@ extern const struct mb_policy mb_policy_regular;
 
 const struct mb_policy *mb_policy_find(const char *name);
 /*
- * Make p the running policy (mb_ctl.c, fs lock held): p's init, then the
- * old one's fini.  0, or -ENOMEM with err set and the old policy running.
+ * Make p the running policy (mb_ctl.c, fs lock held): p's init; the old
+ * one's fini waits for detach.  0, or -ENOMEM with err set and the old
+ * policy running.
  */
 int mb_policy_switch(struct rr_alloc *a, const struct mb_policy *p, char *err, size_t errlen);
 /* "regular, ..." for messages. */

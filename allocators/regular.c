@@ -30,7 +30,7 @@ static int try_group(struct rr_alloc *a, struct mb_ac *ac, uint32_t g, enum mb_c
 {
 	if (mb_good_group(a, ac, g, cr)) {
 		mb_scan_group(a, ac, g, cr);
-		if (a->t.mb_stats)
+		if (MB_T(a, mb_stats))
 			atomic_fetch_add(&a->stats.cr_considered[cr], 1);
 	}
 	return ac->status != AC_CONTINUE;
@@ -66,7 +66,7 @@ static int scan_optimized(struct rr_alloc *a, struct mb_ac *ac, enum mb_cr cr)
 {
 	int o, min_o;
 
-	if (scan_linear(a, ac, cr, 1 + a->t.mb_max_linear_groups))
+	if (scan_linear(a, ac, cr, 1 + MB_T(a, mb_max_linear_groups)))
 		return 1;
 	switch (cr) {
 	case CR_POWER2_ALIGNED:
@@ -75,7 +75,7 @@ static int scan_optimized(struct rr_alloc *a, struct mb_ac *ac, enum mb_cr cr)
 		return scan_lists(a, ac, cr, MB_LIST_AVG, mb_avg_order(ac->g_ex.len, 1, a->max_order));
 	case CR_BEST_AVAIL_LEN:
 		o = mb_fls(ac->g_ex.len) - 1;
-		min_o = o - (int)a->t.mb_best_avail_max_trim_order;
+		min_o = o - (int)MB_T(a, mb_best_avail_max_trim_order);
 		if (min_o < 0)
 			min_o = 0;
 		if ((1u << min_o) < ac->o_ex.len)
@@ -101,7 +101,7 @@ static void regular_choose(struct rr_alloc *a, struct mb_ac *ac)
 	if ((ac->hints & MB_HINT_TRY_GOAL) && mb_find_by_goal(a, ac))
 		return;
 	/* Only requests of 2^order2_req blocks or more are worth aligning. */
-	ac->two_order = ((ac->g_ex.len & (ac->g_ex.len - 1)) == 0 && i + 1 >= a->t.mb_order2_req &&
+	ac->two_order = ((ac->g_ex.len & (ac->g_ex.len - 1)) == 0 && i + 1 >= MB_T(a, mb_order2_req) &&
 			 i <= a->max_order) ? i : 0;
 	if (ac->hints & MB_HINT_STREAM) {
 		ac->g_ex.group = atomic_load(&a->last_groups[slot]) % a->ngroups;
@@ -137,18 +137,18 @@ static void regular_choose(struct rr_alloc *a, struct mb_ac *ac)
 		if (cr == CR_BEST_AVAIL_LEN && !(ac->hints & MB_HINT_DATA))
 			continue;
 		ac->cr = cr;
-		if (a->t.mb_optimize_scan && cr < CR_GOAL_LEN_SLOW)
+		if (MB_T(a, mb_optimize_scan) && cr < CR_GOAL_LEN_SLOW)
 			done = scan_optimized(a, ac, cr);
 		else
 			done = scan_linear(a, ac, cr, a->ngroups);
-		if (!done && a->t.mb_stats)
+		if (!done && MB_T(a, mb_stats))
 			atomic_fetch_add(&a->stats.cr_useless[cr], 1);
 	}
 	if (ac->b_ex.len) {
-		if (a->t.mb_stats)
+		if (MB_T(a, mb_stats))
 			atomic_fetch_add(&a->stats.cr_hits[ac->cr], 1);
 		/* Kernel 6.17: a stream's blocks came from its slot's group. */
-		if (a->t.mb_stats && (ac->hints & MB_HINT_STREAM) && ac->b_ex.group == ac->g_ex.group)
+		if (MB_T(a, mb_stats) && (ac->hints & MB_HINT_STREAM) && ac->b_ex.group == ac->g_ex.group)
 			atomic_fetch_add(&a->stats.stream_goal_hits, 1);
 		if (ac->hints & MB_HINT_STREAM)
 			atomic_store(&a->last_groups[slot], ac->b_ex.group);

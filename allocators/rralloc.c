@@ -84,7 +84,7 @@ static void advance(struct rr_cursors *c, uint32_t slot, uint64_t first, uint64_
 
 static void rralloc_choose(struct rr_alloc *a, struct mb_ac *ac)
 {
-	struct rr_cursors *c = a->policy_priv;
+	struct rr_cursors *c = ac->priv;
 	uint32_t slot = mb_cpu_slot(a);
 	uint64_t from;
 
@@ -103,7 +103,7 @@ static void rralloc_choose(struct rr_alloc *a, struct mb_ac *ac)
 	if (!mb_first_fit(a, ac, from, ac->g_ex.len) && !mb_first_fit(a, ac, from, 1))
 		return;
 found:
-	if (a->t.mb_stats)
+	if (MB_T(a, mb_stats))
 		atomic_fetch_add(&a->stats.cr_hits[ac->cr], 1);
 	advance(c, slot, a->first_data_block, mb_block_of(a, &ac->b_ex) + ac->b_ex.len);
 }

@@ -6,7 +6,9 @@
  * blocks that are already mapped and written takes only the inode's rw lock
  * (shared) and goes straight to pwrite.  Anything that changes the map
  * (allocation, unwritten-to-written conversion, punch, truncate) takes rw
- * exclusively and the fs lock only around the libext2fs calls.
+ * exclusively and the fs lock only around the libext2fs calls; choosing a
+ * hole's blocks does not take it (RR_ALLOC_NOLOCK), so writers of different
+ * files allocate at once and meet only on the extent-tree update.
  *
  * Delayed allocation (as ext4's delalloc): pages the kernel's cache writes
  * back into holes go to the inode's buffer (dbuf.h) with their blocks
@@ -228,18 +230,14 @@ static int64_t fill_hole(struct rr_fs *rfs, struct rr_inode *ri, const char *src
 {
 	uint64_t lblk = pos >> rfs->bbits, seg_end;
 	struct rr_alloc_req req = { .ino = ri->ino, .lblk = lblk, .len = nblk,
-				    .flags = RR_ALLOC_DATA | flags };
+				    .flags = RR_ALLOC_DATA | RR_ALLOC_NOLOCK | flags };
 	struct ext2_inode_large in;
 	struct rr_extent ex;
 	int ret;
 
-	rr_fs_lock(rfs);
+	/* No fs lock: writers of different files allocate at once (rw keeps this file's requests apart). */
 	emap_alloc_hint(rfs, ri, lblk, &req);
 	ret = rr_alloc_blocks(rfs->alloc, &req, &ex);
-	/* Promised blocks turn into chosen ones in one step: statfs never counts both. */
-	if (!ret && (flags & RR_ALLOC_RESERVED))
-		rr_alloc_unreserve(rfs->alloc, ex.len);
-	rr_fs_unlock(rfs);
 	if (ret)
 		return ret;
 	seg_end = blk_start(rfs, lblk + ex.len);
@@ -314,15 +312,6 @@ static void delay_account(struct rr_fs *rfs, struct rr_inode *ri, uint64_t befor
 		delay_list(rfs, ri->ino);
 }
 
-static void unreserve(struct rr_fs *rfs, uint64_t n)
-{
-	if (!n)
-		return;
-	rr_fs_lock(rfs);
-	rr_alloc_unreserve(rfs->alloc, n);
-	rr_fs_unlock(rfs);
-}
-
 /*
  * Take [pos, end) of a hole of n blocks into the buffer, promising blocks
  * for those it does not hold yet; as much as there is space for.  Returns
@@ -341,9 +330,7 @@ static int64_t delay_write(struct rr_fs *rfs, struct rr_inode *ri, const char *s
 		return -ENOMEM;
 	want = dbuf_missing(&ri->dbuf, lblk, n);
 	if (want) {
-		rr_fs_lock(rfs);
 		got = rr_alloc_reserve(rfs->alloc, want, root);
-		rr_fs_unlock(rfs);
 		if (got < want) {
 			n = dbuf_prefix(&ri->dbuf, lblk, n, got);
 			if (!n)
@@ -355,11 +342,11 @@ static int64_t delay_write(struct rr_fs *rfs, struct rr_inode *ri, const char *s
 		seg_end = end;
 	/* What the taken part needs may be less than was promised: the prefix ends at a held block. */
 	want = dbuf_missing(&ri->dbuf, lblk, ((seg_end - 1) >> rfs->bbits) + 1 - lblk);
-	unreserve(rfs, got - want);
+	rr_alloc_unreserve(rfs->alloc, got - want);
 	before = atomic_load(&ri->dbuf.blocks);
 	ret = dbuf_write(&ri->dbuf, rfs->bbits, pos, src, seg_end - pos);
 	if (ret) {
-		unreserve(rfs, want);
+		rr_alloc_unreserve(rfs->alloc, want);
 		return ret;
 	}
 	delay_account(rfs, ri, before);
@@ -458,7 +445,7 @@ void data_drop_delayed(struct rr_fs *rfs, struct rr_inode *ri)
 		rr_log(LOG_ERR, "inode %u: %llu blocks of written data dropped: they never got blocks on disk",
 		       ri->ino, (unsigned long long)n);
 	if (rfs->alloc)
-		unreserve(rfs, n);
+		rr_alloc_unreserve(rfs->alloc, n);
 	delay_account(rfs, ri, before);
 }
 
@@ -634,7 +621,7 @@ int data_truncate(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size)
 	if (!ret && size < old && ri->dbuf.cnt) {
 		uint64_t before = atomic_load(&ri->dbuf.blocks);
 
-		unreserve(rfs, dbuf_truncate(&ri->dbuf, rfs->bbits, size));
+		rr_alloc_unreserve(rfs->alloc, dbuf_truncate(&ri->dbuf, rfs->bbits, size));
 		delay_account(rfs, ri, before);
 	}
 	if (!ret && (size < old ||

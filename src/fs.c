@@ -16,14 +16,34 @@
 #include <string.h>
 #include <unistd.h>
 
+/*
+ * Every fs-locked section starts with the blocks that file data took
+ * without the lock applied to libext2fs (so it sees them, and the maps it
+ * writes never point at blocks its bitmaps call free), and ends with the
+ * allocator's choices for libext2fs's own allocations settled.
+ */
 void rr_fs_lock(struct rr_fs *rfs)
 {
 	pthread_mutex_lock(&rfs->lock);
+	if (rfs->alloc)
+		rr_alloc_sync(rfs->alloc);
 }
 
 void rr_fs_unlock(struct rr_fs *rfs)
 {
+	if (rfs->alloc)
+		rr_alloc_settle(rfs->alloc);
 	pthread_mutex_unlock(&rfs->lock);
+}
+
+static void host_lock(void *rfs)
+{
+	rr_fs_lock(rfs);
+}
+
+static void host_unlock(void *rfs)
+{
+	rr_fs_unlock(rfs);
 }
 
 void rr_fs_dirty(struct rr_fs *rfs)
@@ -628,6 +648,8 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 	rfs->opts.alloc.check |= (unsigned int)rfs->opts.check;
 	if (!ret && (!ro || rfs->ro_cleanup))
 		ret = rr_alloc_attach(fs, &rfs->opts.alloc, &rfs->alloc);
+	if (rfs->alloc)
+		rr_alloc_set_lock(rfs->alloc, host_lock, host_unlock, rfs);
 	if (!ret && (!ro || rfs->ro_cleanup)) {
 		ret = orphan_init(rfs, msg, msglen);
 		if (ret && ret != -ENOMEM) {

@@ -705,14 +705,15 @@ static void rr_statfs(fuse_req_t req, fuse_ino_t ino)
 	struct rr_fs *rfs = rr_fs_of(req);
 	struct ext2_super_block *sb = rfs->fs->super;
 	struct statvfs st = { 0 };
-	uint64_t free_blocks, resv, promised;
+	uint64_t free_blocks, resv;
 
 	(void)ino;
 	rr_fs_lock(rfs);
-	free_blocks = ext2fs_free_blocks_count(sb);
-	/* Blocks promised to delayed data are not free (ext4: free minus dirty clusters). */
-	promised = rfs->alloc ? rr_alloc_reserved(rfs->alloc) : 0;
-	free_blocks = free_blocks > promised ? free_blocks - promised : 0;
+	/*
+	 * Blocks promised to delayed data are not free (ext4: free minus dirty
+	 * clusters), nor those taken by writes still running.
+	 */
+	free_blocks = rfs->alloc ? rr_alloc_free(rfs->alloc) : ext2fs_free_blocks_count(sb);
 	resv = ext2fs_r_blocks_count(sb) + (rfs->alloc ? rr_alloc_meta_reserve(rfs->alloc) : 0);
 	st.f_bsize = rfs->bsize;
 	st.f_frsize = rfs->bsize;

@@ -10,7 +10,10 @@
  *   rr_fs.lock      the fs lock: every libext2fs call and the state behind
  *                   it (bitmaps, group descriptors, superblock, inode table
  *                   blocks, directories, xattrs).  Held for short sections;
- *                   file data never moves under it.
+ *                   file data never moves under it, and file data's blocks
+ *                   are allocated without it (the allocator's own locks,
+ *                   include/rrfuse/alloc.h), reaching libext2fs when the
+ *                   lock is next taken (rr_fs_lock).
  *   orphans.lock    the in-memory orphan list and orphan-file copies
  *                   (src/orphan.c); taken inside the fs lock only.
  *   itab.lock       the in-memory inode table, lookup and open counts.  A

@@ -13,8 +13,13 @@
  * per group, request normalisation, inode preallocations, the criteria
  * cascade) with a policy chosen by name (allocators/policy.h).
  *
- * Locking: the caller holds the fs lock (libext2fs's bitmaps are the state).
- * A later engine may relax this; callers must not rely on more than that.
+ * Locking: the caller holds the fs lock (libext2fs's bitmaps are the
+ * state), except for rr_alloc_blocks with RR_ALLOC_NOLOCK, rr_alloc_avail,
+ * rr_alloc_free and the promise calls, which need no lock.  Blocks taken
+ * without the fs lock reach libext2fs's bitmap and counts at the next
+ * rr_alloc_sync, which the daemon runs each time it takes the fs lock: so
+ * every fs-locked section sees them, and the metadata that maps them,
+ * written under the fs lock, never reaches the disk before they do.
  */
 #ifndef RRFUSE_ALLOC_H
 #define RRFUSE_ALLOC_H
@@ -34,6 +39,13 @@
  * a closed file's delayed allocation, ext4_mb_group_or_file).
  */
 #define RR_ALLOC_CLOSED		0x0020
+/*
+ * The caller does not hold the fs lock (file data only): the blocks are
+ * marked in the engine and applied to libext2fs by rr_alloc_sync.  The
+ * allocator takes the fs lock itself (rr_alloc_set_lock) only to load a
+ * group it has not used before.
+ */
+#define RR_ALLOC_NOLOCK		0x0040
 
 /* The file's allocated blocks around a hole, for normalisation (kernel: lleft/pleft, lright/pright). */
 struct rr_alloc_nbr {
@@ -102,6 +114,21 @@ struct rr_alloc;
  */
 int rr_alloc_attach(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr_alloc **out);
 void rr_alloc_detach(struct rr_alloc *a);
+/*
+ * How RR_ALLOC_NOLOCK requests take and drop the fs lock (to load a group).
+ * Without it they run as if the caller held the lock (single-threaded use).
+ */
+void rr_alloc_set_lock(struct rr_alloc *a, void (*lock)(void *), void (*unlock)(void *), void *arg);
+/*
+ * With the fs lock just taken: apply the blocks taken without it to
+ * libext2fs's bitmap, descriptors and counts.  Cheap when there are none.
+ */
+void rr_alloc_sync(struct rr_alloc *a);
+/*
+ * With the fs lock about to be dropped: blocks chosen for libext2fs's own
+ * allocations (its callbacks) that it did not account after all go back.
+ */
+void rr_alloc_settle(struct rr_alloc *a);
 
 /*
  * Give back the inode's preallocated blocks: before its blocks are freed
@@ -118,6 +145,8 @@ int rr_alloc_verify(struct rr_alloc *a);
 /*
  * Allocate up to req->len contiguous blocks near req->goal and mark them in
  * use.  Returns 0 with *out filled (1 <= out->len <= req->len), or -ENOSPC.
+ * With RR_ALLOC_RESERVED the blocks handed out are taken from the promise
+ * (rr_alloc_reserve) in the same step.
  */
 int rr_alloc_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, struct rr_extent *out);
 
@@ -125,8 +154,8 @@ int rr_alloc_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, struct r
  * Delayed allocation: promise up to n blocks to data that has no blocks
  * yet (kernel: dirty clusters).  Returns how many were promised (0: none
  * free).  Promised blocks are not available to other allocations; the
- * flush allocates them with RR_ALLOC_RESERVED and gives the promise back
- * with rr_alloc_unreserve, as does dropping the data.  Under the fs lock.
+ * flush allocates them with RR_ALLOC_RESERVED, dropping the data gives the
+ * promise back with rr_alloc_unreserve.  No lock needed.
  */
 uint64_t rr_alloc_reserve(struct rr_alloc *a, uint64_t n, int root);
 void rr_alloc_unreserve(struct rr_alloc *a, uint64_t n);
@@ -142,6 +171,8 @@ void rr_free_blocks(struct rr_alloc *a, uint64_t pblk, uint32_t len);
  */
 uint64_t rr_alloc_avail(struct rr_alloc *a, int root);
 uint64_t rr_alloc_meta_reserve(struct rr_alloc *a);
+/* Free blocks as statfs shows them: not in use, not taken, not promised. */
+uint64_t rr_alloc_free(struct rr_alloc *a);
 
 /*
  * rrctl (allocators/mb_ctl.c), fs lock held as for every call here.
