@@ -461,6 +461,10 @@ static void take_locked(struct rr_alloc *a, uint32_t g, uint32_t off, uint32_t l
 		return;
 	}
 	map_set_range(grp->pmap, off, len);
+	if (!grp->npending || off < grp->pfirst)
+		grp->pfirst = off;
+	if (!grp->npending || off + len > grp->plast)
+		grp->plast = off + len;
 	grp->npending += len;
 	if (grp->queued)
 		return;
@@ -478,7 +482,7 @@ static void take_locked(struct rr_alloc *a, uint32_t g, uint32_t off, uint32_t l
 static void group_apply_locked(struct rr_alloc *a, uint32_t g)
 {
 	struct mb_group *grp = &a->groups[g];
-	uint32_t n = grp->buddy ? grp->buddy->nblocks : 0, i = 0, s;
+	uint32_t n = grp->plast, i = grp->pfirst, s;
 
 	if (!grp->npending)
 		return;

@@ -103,6 +103,7 @@ struct mb_group {
 	 */
 	uint8_t *pmap;
 	uint32_t npending;
+	uint32_t pfirst, plast;		/* pending bits lie in [pfirst, plast) (when npending) */
 	int queued;			/* on the pending stack (a->pending_head) */
 	int32_t qnext;			/* next on that stack */
 	_Atomic uint32_t free;		/* in the buddy: preallocated blocks count as used */

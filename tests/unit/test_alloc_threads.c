@@ -20,6 +20,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "rrfuse/alloc.h"
@@ -87,6 +88,7 @@ struct writer {
 	int n;
 	int enospc;
 	int root;
+	int keep_pas;		/* never a new file: no PA discard, which takes the lock */
 };
 
 static void *write_files(void *arg)
@@ -119,7 +121,7 @@ static void *write_files(void *arg)
 		w->ext[w->n++] = ex;
 		lblk += ex.len;
 		/* Now and then a new file: its PAs go, as at a last close. */
-		if (rand_r(&w->seed) % 16 == 0) {
+		if (!w->keep_pas && rand_r(&w->seed) % 16 == 0) {
 			big_lock(NULL);
 			rr_alloc_discard_inode(a, ino);
 			big_unlock(NULL);
@@ -272,6 +274,44 @@ START_TEST(writers_at_once_stop_at_the_reserves)
 }
 END_TEST
 
+/*
+ * No lock that every allocation takes: with every group loaded, a writer
+ * allocates while another thread holds the fs lock the whole time, and its
+ * blocks reach libext2fs only once the lock is taken again.
+ */
+START_TEST(allocates_while_the_fs_lock_is_held)
+{
+	static struct writer w;
+	struct timespec until;
+	uint64_t used;
+	pthread_t t;
+	uint32_t g;
+	int ret;
+
+	for (g = 0; g < a->ngroups; g++)
+		ck_assert_int_eq(mb_load_group(a, g), 0);
+	memset(&w, 0, sizeof(w));
+	w.seed = 3;
+	w.keep_pas = 1;
+	big_lock(NULL);
+	ck_assert_int_eq(pthread_create(&t, NULL, write_files, &w), 0);
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 30;
+	ret = pthread_timedjoin_np(t, NULL, &until);
+	/* Still holding the lock: nothing of it is in libext2fs's counts yet. */
+	ck_assert_uint_eq(ext2fs_free_blocks_count(fs->super), start_free);
+	big_unlock(NULL);
+	if (ret)
+		pthread_join(t, NULL);
+	ck_assert_msg(ret == 0, "the writer waited for the fs lock");
+	ck_assert_int_gt(w.n, 0);
+	big_lock(NULL);
+	used = check_extents(&w, 1);
+	ck_assert_uint_eq(ext2fs_free_blocks_count(fs->super), start_free - used);
+	big_unlock(NULL);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("alloc_threads");
@@ -281,6 +321,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, writers_at_once_never_share_a_block);
 	tcase_add_test(tc, writers_at_once_stop_at_the_reserves);
+	tcase_add_test(tc, allocates_while_the_fs_lock_is_held);
 	suite_add_tcase(s, tc);
 	return unit_run(s);
 }
