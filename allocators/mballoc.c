@@ -363,13 +363,16 @@ static void group_verify(struct rr_alloc *a, uint32_t g)
 	if (!map || mb_buddy_init(&fresh, b->nblocks, a->max_order))
 		mb_fail("out of memory in check", g);
 	for (i = 0; i < b->nblocks; i++) {
-		int disk = mb_bit_test(map, i);
-
-		if (disk && mb_bit_test(grp->pmap, i))
+		if (!mb_bit_test(grp->pmap, i))
+			continue;
+		if (mb_bit_test(map, i))
 			mb_fail("a pending block is in the bitmap already", g);
-		if (mb_bit_test(grp->pmap, i) || in_hint(a, gfirst + i))
-			mb_bit_set(map, i);
+		mb_bit_set(map, i);
 	}
+	/* A hint lies in one group. */
+	for (i = 0; i < a->nhints; i++)
+		if (a->hints[i].len && group_of(a, a->hints[i].pblk) == g)
+			map_set_range(map, (uint32_t)(a->hints[i].pblk - gfirst), a->hints[i].len);
 	for (pa = grp->pas; pa; pa = pa->gnext) {
 		uint32_t taken = 0, off = (uint32_t)(pa->pstart - gfirst);
 
@@ -532,6 +535,13 @@ void rr_alloc_sync(struct rr_alloc *a)
  */
 static int hint_add(struct rr_alloc *a, uint64_t blk, uint32_t len)
 {
+	struct rr_extent *last = a->nhints ? &a->hints[a->nhints - 1] : NULL;
+
+	/* libext2fs takes block after block (block-mapped files, fallocate): one hint for the run. */
+	if (last && last->pblk + last->len == blk && group_of(a, last->pblk) == group_of(a, blk)) {
+		last->len += len;
+		return 0;
+	}
 	if (a->nhints == a->hints_cap) {
 		uint32_t cap = a->hints_cap ? 2 * a->hints_cap : 8;
 		struct rr_extent *v = realloc(a->hints, cap * sizeof(*v));
