@@ -329,16 +329,6 @@ void mb_prefetch(struct rr_alloc *a, uint32_t g, uint32_t n)
 			mb_load_group(a, g);
 }
 
-static int in_hint(const struct rr_alloc *a, uint64_t blk)
-{
-	uint32_t i;
-
-	for (i = 0; i < a->nhints; i++)
-		if (blk >= a->hints[i].pblk && blk < a->hints[i].pblk + a->hints[i].len)
-			return 1;
-	return 0;
-}
-
 /*
  * -o check: the group's buddy must be what its bitmap, pending map, PAs and
  * hints give; each PA's count must match its map.  fs lock held.
@@ -582,6 +572,16 @@ static void hints_forget(struct rr_alloc *a, uint64_t blk, uint64_t len)
 	}
 }
 
+static int in_hint(const struct rr_alloc *a, uint64_t blk)
+{
+	uint32_t i;
+
+	for (i = 0; i < a->nhints; i++)
+		if (blk >= a->hints[i].pblk && blk < a->hints[i].pblk + a->hints[i].len)
+			return 1;
+	return 0;
+}
+
 void rr_alloc_settle(struct rr_alloc *a)
 {
 	uint32_t i;
@@ -612,8 +612,8 @@ void rr_alloc_settle(struct rr_alloc *a)
 		group_update(a, g);
 		pthread_mutex_unlock(&grp->lock);
 	}
+	/* No count to mirror: what libext2fs took came through its callbacks, which did. */
 	a->nhints = 0;
-	atomic_store(&a->sb_free, ext2fs_free_blocks_count(a->fs->super));
 }
 
 /* ---- preallocations ---- */
@@ -1217,7 +1217,7 @@ static uint64_t sub0(uint64_t x, uint64_t y)
 	return x > y ? x - y : 0;
 }
 
-/* What a request may take when `held` blocks are spoken for beyond claimed and keep. */
+/* What a request may take, with da blocks promised and claimed taken but not yet on disk. */
 static uint64_t avail_with(struct rr_alloc *a, int root, uint64_t da, uint64_t claimed)
 {
 	uint64_t keep = a->meta_resv + da + (root ? 0 : ext2fs_r_blocks_count(a->fs->super));
@@ -1827,16 +1827,17 @@ static errcode_t cb_new_range(ext2_filsys fs, int flags, blk64_t goal, blk64_t l
 		pthread_mutex_lock(&a->groups[g].lock);
 		n = mb_buddy_extent_at(a->groups[g].buddy, (uint32_t)(goal - group_first(a, g)),
 				       len < a->bpg ? (uint32_t)len : a->bpg);
+		pthread_mutex_unlock(&a->groups[g].lock);
 		if ((flags & EXT2_NEWRANGE_MIN_LENGTH) && n < len)
 			n = 0;
-		/* Held for libext2fs until settle, as every choice made for it (hint_add). */
-		if (n && hint_add(a, goal, n))
-			n = 0;
 		if (n) {
-			mb_buddy_mark_used(a->groups[g].buddy, (uint32_t)(goal - group_first(a, g)), n);
-			group_update(a, g);
+			/* Held for libext2fs until settle, as every choice made for it. */
+			struct mb_ac ac = { .b_ex = { .group = g, .start = (uint32_t)(goal - group_first(a, g)),
+						      .len = n } };
+
+			if (use_hint(a, &ac, n, &ex))
+				n = 0;
 		}
-		pthread_mutex_unlock(&a->groups[g].lock);
 		if (!n && atomic_load(&a->pa_count)) {
 			rr_alloc_discard_all(a);
 			return cb_new_range(fs, flags, goal, len, pblk, plen);
