@@ -29,6 +29,8 @@ static size_t cmd_size(unsigned int cmd)
 		return sizeof(struct rrctl_groups);
 	case RRCTL_STATS:
 		return sizeof(struct rrctl_stats);
+	case RRCTL_REMOUNT:
+		return sizeof(struct rrctl_remount);
 	default:
 		return 0;
 	}
@@ -47,7 +49,6 @@ static int ctl_tunable(struct rr_fs *rfs, unsigned int cmd, uid_t uid, struct rr
 
 	if (!terminated(t->name, sizeof(t->name)) || !terminated(t->value, sizeof(t->value)))
 		return -EINVAL;
-	/* The mount's owner is whoever runs the daemon (fusermount3 mounts for the user). */
 	if (cmd == RRCTL_SET && uid != 0 && uid != getuid())
 		return -EPERM;
 	memset(t->err, 0, sizeof(t->err));
@@ -105,6 +106,17 @@ int rr_ctl(struct rr_fs *rfs, unsigned int cmd, uid_t uid, const void *in, size_
 	/* version is the first field of every command. */
 	if (buf->t.version != RRCTL_VERSION)
 		return -EINVAL;
+	if (cmd == RRCTL_REMOUNT) {
+		/* The mount's owner is whoever runs the daemon (fusermount3 mounts for the user). */
+		if (uid != 0 && uid != getuid())
+			return -EPERM;
+		*len = need;
+		memset(buf->r.err, 0, sizeof(buf->r.err));
+		buf->r.result = -rr_fs_remount(rfs, !!buf->r.ro, buf->r.err, sizeof(buf->r.err));
+		rr_log(LOG_NOTICE, "remount %s by uid %u: %s", buf->r.ro ? "ro" : "rw", (unsigned int)uid,
+		       buf->r.result ? buf->r.err : "done");
+		return 0;
+	}
 	/*
 	 * Read-only: no allocator is running.  rfs->alloc is set before the
 	 * session loop starts and dropped after it ends (a read-only mount's

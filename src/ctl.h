@@ -15,6 +15,7 @@ union rr_ctl_buf {
 	struct rrctl_tunable t;
 	struct rrctl_groups g;
 	struct rrctl_stats s;
+	struct rrctl_remount r;
 };
 
 /* Is cmd one of rrctl's (the caller routes it here)? */

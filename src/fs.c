@@ -8,6 +8,7 @@
 #include "log.h"
 #include "orphan.h"
 #include "error.h"
+#include "mountinfo.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -560,6 +561,7 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 {
 	ext2_filsys fs = NULL;
 	const char *unwritable;
+	struct rr_mnt mnt;
 	char why[64];
 	errcode_t err;
 	int ret, ro = opts->ro, devro;
@@ -572,6 +574,12 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 	pthread_cond_init(&rfs->commit_cond, NULL);
 	pthread_mutex_init(&rfs->delayed.lock, NULL);
 
+	/* Mounted already: say where, at once (a lock held by no mount is waited for: src/io.c). */
+	if (!rr_mnt_of(device, &mnt)) {
+		snprintf(msg, msglen, "%s is in use: mounted on %s (%s), and an image is mounted once at a time",
+			 device, mnt.target, mnt.fstype);
+		return -EBUSY;
+	}
 	err = open_image(device, !ro, &devro, &fs);
 	if (devro) {
 		/* A read-only image file or device: like the kernel, fall back to ro. */
@@ -796,6 +804,69 @@ int rr_fs_commit(struct rr_fs *rfs, int sync)
 			return ret;
 	}
 	return 0;
+}
+
+/*
+ * mount -o remount,ro|rw, told by rrfuse's remount command beside the
+ * kernel's own remount (FUSE does not pass that on).  As ext4_remount: to
+ * read-only, delayed data gets its blocks, everything is committed and the
+ * superblock says "clean" again; to read-write, it says "in use" and
+ * changes are accepted.  The image stays open for writing underneath, so
+ * rw comes back only for a mount that started read-write.
+ */
+int rr_fs_remount(struct rr_fs *rfs, int ro, char *err, size_t errlen)
+{
+	ext2_filsys fs = rfs->fs;
+	int ret;
+
+	if (!fs)
+		return -ESHUTDOWN;
+	if (!ro) {
+		if (!rfs->alloc || !(fs->flags & EXT2_FLAG_RW)) {
+			snprintf(err, errlen, "mounted read-only from the start: unmount and mount read-write");
+			return -EROFS;
+		}
+		if (!rfs->ro)
+			return 0;
+		rr_fs_lock(rfs);
+		fs->super->s_state &= (__u16)~EXT2_VALID_FS;
+		fs->super->s_mtime = (__u32)time(NULL);
+		ext2fs_mark_super_dirty(fs);
+		rfs->mounted = 1;
+		rr_fs_unlock(rfs);
+		ret = rr_fs_commit(rfs, 1);
+		if (ret) {
+			snprintf(err, errlen, "cannot write the superblock: %s", strerror(-ret));
+			return ret;
+		}
+		atomic_store(&rfs->ro, 0);
+		return 0;
+	}
+	if (rfs->ro && !rfs->mounted)
+		return 0;
+	ret = data_flush_all(rfs);
+	if (!ret)
+		ret = rr_fs_commit(rfs, 0);
+	if (ret) {
+		snprintf(err, errlen, "writing out before going read-only: %s", strerror(-ret));
+		return ret;
+	}
+	rr_fs_lock(rfs);
+	atomic_store(&rfs->ro, 1);
+	rr_error_commit(rfs);
+	orphan_commit(rfs);
+	fs->super->s_state = rfs->orig_state;
+	fs->super->s_wtime = (__u32)time(NULL);
+	ext2fs_mark_super_dirty(fs);
+	ret = rr_err(ext2fs_flush2(fs, EXT2_FLAG_FLUSH_NO_SYNC));
+	if (!ret)
+		rfs->mounted = 0;	/* clean: nothing more to write until rw */
+	rr_fs_unlock(rfs);
+	if (!ret)
+		ret = io_flush(rfs->fd);
+	if (ret)
+		snprintf(err, errlen, "cannot write the superblock: %s", strerror(-ret));
+	return ret;
 }
 
 static void *commit_main(void *arg)

@@ -10,6 +10,7 @@
  * cache is the only cache and ordering is the order of the calls.
  */
 #include "io.h"
+#include "log.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -19,7 +20,10 @@
 #include <pthread.h>
 #include <sys/file.h>
 #include <sys/ioctl.h>
+#include <stdio.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <time.h>
 #include <unistd.h>
 
 struct io_private {
@@ -67,10 +71,94 @@ static int io_fails(char op, uint64_t off, size_t len)
 }
 
 static int io_open_readonly;
+static int io_bdev_shared;
 
 void io_set_readonly(int ro)
 {
 	io_open_readonly = ro;
+}
+
+void io_set_shared_bdev(int on)
+{
+	io_bdev_shared = on;
+}
+
+/*
+ * How long an open waits for the image's previous holder to let go: an
+ * rrfuse whose mount is gone but which is still writing the image out (its
+ * unmount returned early: fusermount3 -u, umount without the helper).
+ */
+#define IO_HOLDER_WAIT_SECS 60
+#define IO_HOLDER_POLL_MS 20
+
+long io_lock_holder(int fd)
+{
+	char line[256], want[64];
+	struct stat st;
+	long pid = 0;
+	FILE *f;
+
+	if (fstat(fd, &st))
+		return 0;
+	snprintf(want, sizeof(want), "%02x:%02x:%llu ", major(st.st_dev), minor(st.st_dev),
+		 (unsigned long long)st.st_ino);
+	f = fopen("/proc/locks", "re");
+	if (!f)
+		return 0;
+	/* "1: FLOCK  ADVISORY  WRITE 1234 fe:01:5678 0 EOF" */
+	while (!pid && fgets(line, sizeof(line), f)) {
+		char *p = strstr(line, want);
+		long v;
+
+		if (!strstr(line, "FLOCK") || !p)
+			continue;
+		while (p > line && p[-1] == ' ')
+			p--;
+		while (p > line && p[-1] != ' ')
+			p--;
+		v = strtol(p, NULL, 10);
+		if (v > 0)
+			pid = v;
+	}
+	fclose(f);
+	return pid;
+}
+
+/*
+ * Take the image's lock: exclusive for writing, shared for reading, so two
+ * rrfuse never write one image, and whoever waits for an rrfuse to finish
+ * (rrfuse -u, the next mount) waits for this lock.  A held lock is waited
+ * for, bounded, saying so; 0 or an errno (EBUSY: still held).
+ */
+static int lock_image(int fd, int rw, const char *name)
+{
+	int op = rw ? LOCK_EX : LOCK_SH;
+	struct timespec t0, now;
+	long pid;
+
+	if (!flock(fd, op | LOCK_NB))
+		return 0;
+	if (errno != EWOULDBLOCK)
+		return errno;
+	pid = io_lock_holder(fd);
+	if (pid > 0)
+		rr_log(LOG_NOTICE, "%s is held by process %ld (a previous rrfuse still writing it out?): "
+		       "waiting up to %d s for it to let go", name, pid, IO_HOLDER_WAIT_SECS);
+	else
+		rr_log(LOG_NOTICE, "%s is held by another process: waiting up to %d s for it to let go",
+		       name, IO_HOLDER_WAIT_SECS);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		usleep(IO_HOLDER_POLL_MS * 1000);
+		if (!flock(fd, op | LOCK_NB)) {
+			rr_log(LOG_NOTICE, "%s: let go, going on", name);
+			return 0;
+		}
+		if (errno != EWOULDBLOCK)
+			return errno;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+	} while (now.tv_sec - t0.tv_sec < IO_HOLDER_WAIT_SECS);
+	return EBUSY;
 }
 
 int io_fd(io_channel ch)
@@ -183,11 +271,19 @@ static errcode_t rr_io_open(const char *name, int flags, io_channel *channel)
 			close(fd);
 			return err;
 		}
-		close(fd);
-		fd = efd;
-	} else if (flock(fd, ((oflags & O_RDWR) ? LOCK_EX : LOCK_SH) | LOCK_NB)) {
-		/* Another rrfuse (or fuse2fs, e2fsck) holds the image. */
-		err = errno == EWOULDBLOCK ? EBUSY : errno;
+		/*
+		 * Mounted as fuseblk, the kernel claims the device itself at
+		 * mount, which our exclusive open would refuse: it was only a probe.
+		 */
+		if (io_bdev_shared) {
+			close(efd);
+		} else {
+			close(fd);
+			fd = efd;
+		}
+	}
+	err = lock_image(fd, oflags & O_RDWR, name);
+	if (err) {
 		close(fd);
 		return err;
 	}

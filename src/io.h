@@ -16,6 +16,10 @@ extern io_manager rr_io_manager;
 
 /* Set before ext2fs_open2(): open flags the manager adds (O_RDONLY for ro). */
 void io_set_readonly(int ro);
+/* Set before ext2fs_open2(): the kernel will claim the block device (fuseblk), so no O_EXCL. */
+void io_set_shared_bdev(int on);
+/* The process holding a flock on fd's file (/proc/locks), 0 if not known. */
+long io_lock_holder(int fd);
 
 int io_fd(io_channel ch);
 /* Data path: whole-buffer positional I/O, retrying short transfers; 0 or -errno. */

@@ -10,6 +10,10 @@
 #include "log.h"
 #include "error.h"
 #include "rrfs.h"
+#include "client.h"
+#include "io.h"
+#include "mountinfo.h"
+#include "utab.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -38,12 +42,13 @@ struct cmdline {
 	int check;
 	struct rr_alloc_tunables alloc;
 	char alloc_err[160];	/* the first bad allocator option, refused before the image is opened */
+	int remount;		/* mount -o remount,...: act on the running daemon */
 	int nonopts;
 	int help;
 	int version;
 };
 
-enum { KEY_RO, KEY_NORECOVERY, KEY_HELP, KEY_VERSION, KEY_ALLOC, KEY_RRALLOC };
+enum { KEY_RO, KEY_REMOUNT, KEY_NORECOVERY, KEY_HELP, KEY_VERSION, KEY_ALLOC, KEY_RRALLOC };
 
 #define OPT(t, p, v) { t, offsetof(struct cmdline, p), v }
 static const struct fuse_opt opt_spec[] = {
@@ -72,6 +77,7 @@ static const struct fuse_opt opt_spec[] = {
 	FUSE_OPT_KEY("allocator=", KEY_ALLOC),
 	FUSE_OPT_KEY("rralloc", KEY_RRALLOC),	/* the rralloc patch's mount option */
 	FUSE_OPT_KEY("ro", KEY_RO),
+	FUSE_OPT_KEY("remount", KEY_REMOUNT),
 	FUSE_OPT_KEY("norecovery", KEY_NORECOVERY),
 	FUSE_OPT_KEY("noload", KEY_NORECOVERY),
 	FUSE_OPT_KEY("-h", KEY_HELP),
@@ -98,6 +104,9 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 	case KEY_RO:
 		c->ro = 1;
 		return 1;	/* also a mount option for the kernel */
+	case KEY_REMOUNT:
+		c->remount = 1;
+		return 0;
 	case KEY_NORECOVERY:
 		c->norecovery = 1;
 		return 0;
@@ -131,8 +140,10 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 
 static void usage(const char *prog)
 {
-	printf("usage: %s IMAGE|DEVICE MOUNTPOINT [options]\n\n"
-	       "Mount an ext4 image or block device through FUSE.\n\n"
+	printf("usage: %s IMAGE|DEVICE MOUNTPOINT [options]\n"
+	       "       %s -u MOUNTPOINT\n\n"
+	       "Mount an ext4 image or block device through FUSE; with -u, unmount it and return\n"
+	       "once the image is complete and the daemon has let go of it.\n\n"
 	       "rrfuse options:\n"
 	       "    -o ro                  mount read-only (default: read-write); orphans left by a crash\n"
 	       "                           are finished first unless the image is write-protected, as ext4\n"
@@ -165,7 +176,7 @@ static void usage(const char *prog)
 	       "    -s                     single-threaded\n"
 	       "    -h, --help             this help\n"
 	       "    -V, --version          print the version\n\n"
-	       "FUSE options:\n", prog);
+	       "FUSE options:\n", prog, prog);
 	fuse_cmdline_help();
 	fuse_lowlevel_help();
 }
@@ -195,8 +206,11 @@ int main(int argc, char *argv[])
 	struct rr_fs *rfs = NULL;
 	struct stat st;
 	char msg[512] = "";
-	int ret = 1, r;
+	int ret = 1, r, blkdev;
 
+	/* rrfuse -u MNT, and umount(8)'s helper: nothing of the mount code below. */
+	if (rr_client_is_umount_helper(argv[0]) || (argc > 1 && !strcmp(argv[1], "-u")))
+		return rr_client_unmount(argc, argv);
 	/* Messages for libext2fs's error codes. */
 	initialize_ext2_error_table();
 	rr_alloc_tunables_default(&c.alloc);
@@ -222,6 +236,10 @@ int main(int argc, char *argv[])
 	}
 	if (!S_ISDIR(st.st_mode)) {
 		fprintf(stderr, "rrfuse: mount point %s: not a directory\n", c.mountpoint);
+		goto out;
+	}
+	if (c.remount) {
+		ret = rr_client_remount(c.mountpoint, c.ro);
 		goto out;
 	}
 	if (fuse_parse_cmdline(&args, &fo) != 0 || !fo.mountpoint)
@@ -252,6 +270,13 @@ int main(int argc, char *argv[])
 	rfs = calloc(1, sizeof(*rfs));
 	if (!rfs)
 		goto out;
+	/*
+	 * A block device mounted by root is a fuseblk mount: the kernel then
+	 * waits for the daemon's DESTROY at unmount, so umount(8) and
+	 * fusermount3 -u return with the image complete.
+	 */
+	blkdev = geteuid() == 0 && !stat(c.device, &st) && S_ISBLK(st.st_mode);
+	io_set_shared_bdev(blkdev);
 	r = rr_fs_open(rfs, c.device, &opts, msg, sizeof(msg));
 	if (r) {
 		fprintf(stderr, "rrfuse: %s\n", msg);
@@ -268,10 +293,16 @@ int main(int argc, char *argv[])
 	/* The kernel checks permissions, as for any local filesystem. */
 	fuse_opt_add_arg(&args, "-odefault_permissions");
 	{
-		char fsname[PATH_MAX + 16];
+		char fsname[2 * PATH_MAX + 64], real[PATH_MAX];
 
-		snprintf(fsname, sizeof(fsname), "-ofsname=%s,subtype=rrfuse", c.device);
+		/* The full path: rrfuse -u finds the image to wait for in mountinfo's source. */
+		snprintf(fsname, sizeof(fsname), "-ofsname=%s,subtype=rrfuse",
+			 realpath(c.device, real) ? real : c.device);
 		fuse_opt_add_arg(&args, fsname);
+		if (blkdev) {
+			snprintf(fsname, sizeof(fsname), "-oblkdev,blksize=%u", rfs->bsize);
+			fuse_opt_add_arg(&args, fsname);
+		}
 	}
 	se = fuse_session_new(&args, &rr_ops, sizeof(rr_ops), rfs);
 	if (!se)
@@ -281,6 +312,12 @@ int main(int argc, char *argv[])
 		goto out_se;
 	if (fuse_session_mount(se, fo.mountpoint))
 		goto out_sig;
+	if (!blkdev) {
+		char real[PATH_MAX], src[PATH_MAX];
+
+		if (realpath(fo.mountpoint, real) && realpath(c.device, src) && (rfs->utab = strdup(real)))
+			rr_utab_add(src, real);
+	}
 	r = rr_fs_mark_mounted(rfs);
 	if (r) {
 		fprintf(stderr, "rrfuse: %s: cannot write the superblock: %s\n", c.device, strerror(-r));
@@ -312,11 +349,15 @@ out_sig:
 out_se:
 	fuse_session_destroy(se);
 out_fs:
-	r = rr_fs_close(rfs);
+	/* Normally done at DESTROY (rr_destroy); here when the session never got that far. */
+	if (!rfs->closed && rfs->utab)
+		rr_utab_remove(rfs->utab);
+	r = rfs->closed ? rfs->close_ret : rr_fs_close(rfs);
 	if (r) {
 		rr_log(LOG_ERR, "error writing the image at unmount: %s", strerror(-r));
 		ret = 1;
 	}
+	free(rfs->utab);
 	free(rfs);
 out:
 	free(c.device);

@@ -12,6 +12,7 @@
 #include "trim.h"
 #include "log.h"
 #include "rrfs.h"
+#include "utab.h"
 #include "xattr.h"
 
 #include <dirent.h>
@@ -115,6 +116,24 @@ static void rr_init(void *userdata, struct fuse_conn_info *conn)
 	conn->max_background = 64;
 	conn->congestion_threshold = 48;
 	conn->time_gran = 1;
+}
+
+/*
+ * The image is written out and let go of here, not after the session loop:
+ * a fuseblk mount's umount(2) waits for this request's reply, so the image
+ * is complete when the unmount returns (and rrfuse -u waits for the lock).
+ */
+static void rr_destroy(void *userdata)
+{
+	struct rr_fs *rfs = userdata;
+
+	if (rfs->closed)
+		return;
+	/* Before the image's lock goes: a new mount on this mount point adds its own. */
+	if (rfs->utab)
+		rr_utab_remove(rfs->utab);
+	rfs->close_ret = rr_fs_close(rfs);
+	rfs->closed = 1;
 }
 
 static void rr_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -1053,6 +1072,7 @@ static void rr_lseek(fuse_req_t req, fuse_ino_t fino, off_t off, int whence, str
 
 const struct fuse_lowlevel_ops rr_ops = {
 	.init = rr_init,
+	.destroy = rr_destroy,
 	.lookup = rr_lookup,
 	.forget = rr_forget,
 	.forget_multi = rr_forget_multi,

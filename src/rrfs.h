@@ -118,6 +118,9 @@ struct rr_fs {
 	int mounted;		/* the image says "in use": a clean unmount must say otherwise */
 	int ro_cleanup;		/* ro, but writable until the mount has finished orphans */
 	uint64_t overhead;	/* blocks of static metadata, left out of statfs f_blocks */
+	char *utab;		/* mount point with a utab entry of ours (src/utab.c), or NULL */
+	int closed;		/* rr_fs_close ran at DESTROY; its result: */
+	int close_ret;
 
 	/* Written under the fs lock: its own cache lines. */
 	pthread_mutex_t lock __attribute__((aligned(RR_CACHELINE)));
@@ -159,6 +162,7 @@ errcode_t rr_read_bitmaps(ext2_filsys fs);
 int rr_fs_mark_mounted(struct rr_fs *rfs);
 int rr_fs_write_super(struct rr_fs *rfs);
 int rr_fs_commit(struct rr_fs *rfs, int sync);
+int rr_fs_remount(struct rr_fs *rfs, int ro, char *err, size_t errlen);
 void rr_fs_start_commit_thread(struct rr_fs *rfs);
 void rr_fs_lock(struct rr_fs *rfs);
 void rr_fs_unlock(struct rr_fs *rfs);

@@ -26,5 +26,5 @@ if mountpoint -q "$mnt"; then
 fi
 build/rrfuse "$img" "$mnt" ${opts:+-o "$opts"}
 echo "rrfuse: $img is mounted at $mnt"
-echo "rrfuse: unmount with:  fusermount3 -u $mnt"
+echo "rrfuse: unmount with:  $top/build/rrfuse -u $mnt   (returns when the image is complete)"
 echo "rrfuse: then check with:  e2fsck -fn $img"

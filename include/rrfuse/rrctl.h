@@ -90,9 +90,25 @@ struct rrctl_stats {
 	uint64_t reserved[8];
 };
 
+/*
+ * RRCTL_REMOUNT: what `mount -o remount,ro` and `remount,rw` ask of the
+ * daemon (rrfuse runs it beside the kernel's remount, which FUSE does not
+ * pass on).  ro: everything written out and the image marked clean, then
+ * every change refused; rw: the image marked in use again, changes
+ * accepted.  For the mount's owner and root.
+ */
+struct rrctl_remount {
+	uint32_t version;
+	uint32_t ro;
+	int32_t result;			/* out */
+	uint32_t reserved;
+	char err[RRCTL_ERR_LEN];	/* out */
+};
+
 #define RRCTL_GET	_IOWR(RRCTL_MAGIC, 1, struct rrctl_tunable)
 #define RRCTL_SET	_IOWR(RRCTL_MAGIC, 2, struct rrctl_tunable)
 #define RRCTL_GROUPS	_IOWR(RRCTL_MAGIC, 3, struct rrctl_groups)
 #define RRCTL_STATS	_IOWR(RRCTL_MAGIC, 4, struct rrctl_stats)
+#define RRCTL_REMOUNT	_IOWR(RRCTL_MAGIC, 5, struct rrctl_remount)
 
 #endif

@@ -259,8 +259,29 @@ def image_blocks(image):
                  for k in ("Block count", "Free blocks", "Block size"))
 
 
+def image_writer(image):
+    """Is a writer (an rrfuse daemon still finishing) holding the image's
+    lock?  rrfuse holds it exclusively from open to the last write."""
+    import fcntl
+    try:
+        fd = os.open(image, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
 def fsck(image):
-    """Run e2fsck -fn IMAGE; return (rc, output)."""
+    """Run e2fsck -fn IMAGE; return (rc, output).  Checking an image whose
+    daemon still writes it would report damage that is not there (or
+    cause it, with -y): that is a test failure of its own."""
+    assert not image_writer(image), \
+        "%s checked while its rrfuse daemon still writes it" % image
     r = subprocess.run(["e2fsck", "-fn", image], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True)
     return r.returncode, r.stdout
@@ -347,6 +368,8 @@ class Mount:
                 raise MountError("kernel mount failed: %s" % r.stdout)
             self.mounted = True
             return self
+        assert not image_writer(self.image), \
+            "%s mounted while its previous daemon still writes it" % self.image
         cmd = [RRFUSE, self.image, self.mnt, "-f"]
         # RRFUSE_OPTS (e.g. "check") is added to every mount of the suite.
         opts = ",".join(o for o in (os.environ.get("RRFUSE_OPTS", ""), self.opts) if o)
@@ -383,7 +406,10 @@ class Mount:
     def _umount_cmd(self, lazy=False):
         if self.kernel:
             return ["umount"] + (["-l"] if lazy else []) + [self.mnt]
-        return ["fusermount3", "-u" + ("z" if lazy else ""), self.mnt]
+        if lazy:
+            return ["fusermount3", "-uz", self.mnt]
+        # The documented way: returns once the daemon has let go of the image.
+        return [RRFUSE, "-u", self.mnt]
 
     def unmount(self):
         """Unmount; for rrfuse wait for the daemon and assert exit 0."""
@@ -393,6 +419,9 @@ class Mount:
             r = subprocess.run(self._umount_cmd(), stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)
             if r.returncode == 0:
+                if not self.kernel:
+                    assert not image_writer(self.image), \
+                        "rrfuse -u returned while the daemon still writes %s" % self.image
                 break
             out = r.stdout
             if self.proc is not None and self.proc.poll() is not None:

@@ -2,8 +2,11 @@
 line, as mount.fuse3 runs it.  mount(8) runs helpers with its own fixed PATH,
 so the test links the binary under test as /usr/local/sbin/rrfuse for its
 duration (and skips if something else is installed there)."""
+import errno
 import os
+import re
 import shutil
+import stat
 import subprocess
 
 import pytest
@@ -15,6 +18,8 @@ from conftest import (RRFUSE, fsck, make_image, require_binary, require_fuse,
 pytestmark = pytest.mark.rrfuse_only
 
 LINK = "/usr/local/sbin/rrfuse"
+# umount(8) looks for its helper here only.
+HELPER = "/sbin/umount.fuse.rrfuse"
 
 
 @pytest.fixture
@@ -25,18 +30,21 @@ def env():
     require_binary()
     if shutil.which("mount.fuse3") is None:
         pytest.skip("needs mount.fuse3 (fuse3)")
-    if os.path.lexists(LINK):
-        pytest.skip("%s exists (an installed rrfuse?): not replacing it" % LINK)
+    for p in (LINK, HELPER):
+        if os.path.lexists(p):
+            pytest.skip("%s exists (an installed rrfuse?): not replacing it" % p)
     image = make_image(size="64M")
     d = os.path.dirname(image)
     mnt = os.path.join(d, "mnt")
     os.mkdir(mnt)
     os.makedirs(os.path.dirname(LINK), exist_ok=True)
     os.symlink(os.path.abspath(RRFUSE), LINK)
+    os.symlink(os.path.abspath(RRFUSE), HELPER)
     try:
         yield image, mnt
     finally:
         os.unlink(LINK)
+        os.unlink(HELPER)
         subprocess.run(["umount", "-l", mnt], stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
     if not conftest.KEEP:
@@ -67,6 +75,8 @@ def use_and_unmount(image, mnt):
         f.write("through mount(8)\n")
     r = subprocess.run(["umount", mnt], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+    # umount ran the helper: the daemon has let go of the image already.
+    assert not conftest.image_writer(image), "umount returned while the daemon still writes"
     assert wait_for(lambda: daemon_gone(image), timeout=30)
     rc, out = fsck(image)
     assert rc == 0, out
@@ -111,3 +121,74 @@ def test_bad_option_through_mount(env):
     assert "commit" in r.stderr, r.stderr
     assert mount_entry(mnt) is None
     assert open(image, "rb").read() == before
+
+
+def superblock_state(image):
+    out = subprocess.run(["dumpe2fs", "-h", image], capture_output=True, text=True).stdout
+    return re.search(r"^Filesystem state:\s+(.*)$", out, re.M).group(1).strip()
+
+
+def test_remount_ro_and_rw(env):
+    """mount -o remount,ro acts on the running daemon, as ext4's remount:
+    data written out, the image clean and checkable while mounted, every
+    change refused; remount,rw takes changes again (fstests generic/294,
+    306, 452)."""
+    image, mnt = env
+    r = subprocess.run(["mount", "-t", "fuse.rrfuse", image, mnt, "-o", "noatime"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    pid = daemon_args(image).split()[0]
+    data = os.urandom(3 << 20)
+    with open(os.path.join(mnt, "f"), "wb") as f:
+        f.write(data)
+    # Open for writing: the kernel refuses a remount to ro, and nothing changes.
+    with open(os.path.join(mnt, "busy"), "wb") as busy:
+        r = subprocess.run(["mount", "-o", "remount,ro", mnt], capture_output=True, text=True)
+        assert r.returncode != 0
+        busy.write(b"still writable")
+    assert "rw" in mount_entry(mnt)[3].split(",")
+    r = subprocess.run(["mount", "-o", "remount,ro", mnt], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "ro" in mount_entry(mnt)[3].split(",")
+    assert daemon_args(image).split()[0] == pid, "a second daemon was started"
+    for op in (lambda: open(os.path.join(mnt, "g"), "w"),
+               lambda: os.mknod(os.path.join(mnt, "fifo"), 0o600 | stat.S_IFIFO),
+               lambda: os.mkdir(os.path.join(mnt, "d")),
+               lambda: os.unlink(os.path.join(mnt, "f"))):
+        with pytest.raises(OSError) as e:
+            op()
+        assert e.value.errno == errno.EROFS
+    # Clean on disk while mounted read-only, with the data in place.
+    assert superblock_state(image) == "clean"
+    r = subprocess.run(["e2fsck", "-fn", image], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout
+    out = subprocess.run(["debugfs", "-R", "dump /f /dev/stdout", image], capture_output=True).stdout
+    assert out == data
+    with open(os.path.join(mnt, "f"), "rb") as f:
+        assert f.read() == data
+    r = subprocess.run(["mount", "-o", "remount,rw", mnt], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "rw" in mount_entry(mnt)[3].split(",")
+    assert superblock_state(image) == "not clean"
+    with open(os.path.join(mnt, "g"), "w") as f:
+        f.write("after remount,rw\n")
+    os.unlink(os.path.join(mnt, "busy"))
+    use_and_unmount(image, mnt)
+    assert "after remount,rw" in subprocess.run(
+        ["debugfs", "-R", "cat /g", image], capture_output=True, text=True).stdout
+
+
+def test_remount_rw_of_a_read_only_mount_is_refused(env):
+    image, mnt = env
+    r = subprocess.run(["mount", "-t", "fuse.rrfuse", image, mnt, "-o", "ro"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(["mount", "-o", "remount,rw", mnt], capture_output=True, text=True)
+    assert r.returncode != 0
+    assert "read-only from the start" in r.stderr, r.stderr
+    assert "ro" in mount_entry(mnt)[3].split(",")
+    r = subprocess.run(["umount", mnt], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert wait_for(lambda: daemon_gone(image), timeout=30)
+    rc, out = fsck(image)
+    assert rc == 0, out

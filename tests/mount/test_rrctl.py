@@ -511,7 +511,7 @@ def test_owner_sets_on_own_mount(user_dir):
         r = user([RRCTL, mnt, "-s"])
         assert r.returncode == 0 and "\treqs: " in r.stdout, r.stdout + r.stderr
     finally:
-        r = user(["fusermount3", "-u", mnt])
+        r = user([RRFUSE, "-u", mnt])
         if mounted(mnt):
             subprocess.run(["umount", "-l", mnt])
     assert r.returncode == 0, r.stderr

@@ -1,5 +1,5 @@
 """A normal user mounts an image they own, uses it and unmounts it, with no
-root at any step: `mke2fs -E root_owner`, `rrfuse IMG MNT`, `fusermount3 -u`.
+root at any step: `mke2fs -E root_owner`, `rrfuse IMG MNT`, `rrfuse -u MNT` (fusermount3 -u inside).
 
 Root only prepares what a stock distribution ships (/dev/fuse open to
 everyone, mode 0666; this machine's is 0600) and checks the image afterwards
@@ -90,7 +90,7 @@ stat -c '%u:%g %a %n' f d d/g
         # Without allow_other, nobody else gets in, root included.
         with pytest.raises(PermissionError):
             os.stat(os.path.join(mnt, "f"))
-        r = user(["fusermount3", "-u", mnt])
+        r = user([RRFUSE, "-u", mnt])
         assert r.returncode == 0, r.stderr
     finally:
         if mounted(mnt):
@@ -106,7 +106,7 @@ stat -c '%u:%g %a %n' f d d/g
         try:
             snap = run_as(UID, GID, lambda: snapshot(mnt))
         finally:
-            user(["fusermount3", "-u", mnt])
+            user([RRFUSE, "-u", mnt])
         assert wait_for(lambda: daemon_gone(img), timeout=30)
         kernel_check(img, snap)
 
