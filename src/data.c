@@ -224,14 +224,40 @@ static int zero_old_tail(struct rr_fs *rfs, struct rr_inode *ri, uint64_t upto)
 	return zero_partial(rfs, ri, s, upto < blk_end ? upto : blk_end);
 }
 
+/*
+ * Map a run the allocator handed out at lblk (unwritten if uninit), or
+ * give it back if that fails (or ret, an earlier step's error, is set):
+ * a run is mapped whole or not at all (emap_tree_map).  Caller holds rw
+ * exclusively, not the fs lock.
+ */
+static int map_run(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk, const struct rr_extent *ex,
+		   int uninit, unsigned int flags, int ret)
+{
+	struct ext2_inode_large in;
+
+	rr_fs_lock(rfs);
+	if (!ret)
+		ret = inode_load(rfs, ri->ino, &in);
+	if (!ret)
+		ret = emap_map(rfs, ri, &in, lblk, ex->pblk, ex->len, uninit);
+	if (ret) {
+		rr_free_blocks(rfs->alloc, ex->pblk, ex->len);
+		/* The data stays buffered: promise its blocks again (they were just freed). */
+		if (flags & RR_ALLOC_RESERVED)
+			rr_alloc_reserve(rfs->alloc, ex->len, 1);
+	}
+	rr_fs_unlock(rfs);
+	return ret;
+}
+
 /* Allocate and write a hole's blocks; returns the end of what was written, or -errno. */
 static int64_t fill_hole(struct rr_fs *rfs, struct rr_inode *ri, const char *src, uint64_t pos,
 			 uint64_t end, uint32_t nblk, unsigned int flags)
 {
 	uint64_t lblk = pos >> rfs->bbits, seg_end;
-	struct rr_alloc_req req = { .ino = ri->ino, .lblk = lblk, .len = nblk,
+	struct rr_alloc_req req = { .ino = ri->ino, .lblk = lblk,
+				    .len = nblk < EXT_INIT_MAX_LEN ? nblk : EXT_INIT_MAX_LEN,
 				    .flags = RR_ALLOC_DATA | RR_ALLOC_NOLOCK | flags };
-	struct ext2_inode_large in;
 	struct rr_extent ex;
 	int ret;
 
@@ -244,18 +270,7 @@ static int64_t fill_hole(struct rr_fs *rfs, struct rr_inode *ri, const char *src
 	if (seg_end > end)
 		seg_end = end;
 	ret = write_whole_blocks(rfs, ex.pblk, lblk, ex.len, src, pos, seg_end);
-	rr_fs_lock(rfs);
-	if (!ret)
-		ret = inode_load(rfs, ri->ino, &in);
-	if (!ret)
-		ret = emap_map(rfs, ri, &in, lblk, ex.pblk, ex.len);
-	if (ret) {
-		rr_free_blocks(rfs->alloc, ex.pblk, ex.len);
-		/* The data stays buffered: promise its blocks again (they were just freed). */
-		if (flags & RR_ALLOC_RESERVED)
-			rr_alloc_reserve(rfs->alloc, ex.len, 1);
-	}
-	rr_fs_unlock(rfs);
+	ret = map_run(rfs, ri, lblk, &ex, 0, flags, ret);
 	return ret ? ret : (int64_t)seg_end;
 }
 
@@ -656,32 +671,47 @@ static uint64_t count_holes(struct rr_fs *rfs, struct rr_inode *ri, uint64_t fir
 	return holes;
 }
 
-/* Allocate unwritten extents over the holes of blocks [first, first+n). */
+/*
+ * Allocate unwritten extents over the holes of blocks [first, first+n),
+ * and nothing outside them (libext2fs's ext2fs_fallocate fills the whole
+ * hole up to the next extent).  As ext4: extent-mapped files only; when
+ * the space is not there, ENOSPC before anything is taken; should the
+ * extent tree find no room halfway, what is mapped stays mapped and
+ * accounted, and the call fails with that error.  Caller holds rw.
+ */
 static int alloc_unwritten(struct rr_fs *rfs, struct rr_inode *ri, uint64_t first, uint64_t n,
 			   int root)
 {
-	struct ext2_inode_large in;
-	uint64_t need = count_holes(rfs, ri, first, n);
-	int ret;
+	uint64_t need = count_holes(rfs, ri, first, n), lblk = first, end = first + n;
+	unsigned int flags = RR_ALLOC_DATA | RR_ALLOC_NOLOCK | (root ? RR_ALLOC_USE_ROOT_RESV : 0);
+	int ret = 0;
 
 	if (!need)
 		return 0;
-	rr_fs_lock(rfs);
-	if (need > rr_alloc_avail(rfs->alloc, root)) {
-		rr_fs_unlock(rfs);
+	if (!ri->extents)
+		return -EOPNOTSUPP;
+	if (need > rr_alloc_avail(rfs->alloc, root))
 		return -ENOSPC;
+	while (lblk < end && !ret) {
+		struct rr_alloc_req req = { .ino = ri->ino, .lblk = lblk, .flags = flags };
+		struct rr_extent ex;
+		struct rr_ext m;
+		uint64_t len;
+
+		emap_lookup(&ri->emap, lblk, &m);
+		len = m.len < end - lblk ? m.len : end - lblk;
+		if (m.pblk) {
+			lblk += len;
+			continue;
+		}
+		req.len = (uint32_t)(len < EXT_UNINIT_MAX_LEN ? len : EXT_UNINIT_MAX_LEN);
+		emap_alloc_hint(rfs, ri, lblk, &req);
+		ret = rr_alloc_blocks(rfs->alloc, &req, &ex);
+		if (!ret)
+			ret = map_run(rfs, ri, lblk, &ex, 1, 0, 0);
+		if (!ret)
+			lblk += ex.len;
 	}
-	/* ext2fs_fallocate maps holes a preallocation may have been kept for. */
-	rr_alloc_discard_inode(rfs->alloc, ri->ino);
-	ret = inode_load(rfs, ri->ino, &in);
-	if (!ret)
-		ret = rr_err(ext2fs_fallocate(rfs->fs, EXT2_FALLOCATE_FORCE_UNINIT, ri->ino,
-					      (struct ext2_inode *)&in, emap_goal(rfs, ri, first), first, n));
-	/* ext2fs_fallocate updates i_blocks in our copy but does not write it. */
-	if (!ret)
-		ret = inode_write(rfs, ri->ino, &in);
-	rr_fs_unlock(rfs);
-	emap_drop(ri);
 	return ret;
 }
 
@@ -820,7 +850,7 @@ int data_write_new_file(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_lar
 		return ret;
 	ret = write_whole_blocks(rfs, ex.pblk, 0, nblk, buf, 0, len);
 	if (!ret)
-		ret = emap_tree_map(rfs, ino, in, 0, ex.pblk, nblk);
+		ret = emap_tree_map(rfs, ino, in, 0, ex.pblk, nblk, 0);
 	if (!ret)
 		ret = rr_err(ext2fs_inode_size_set(rfs->fs, (struct ext2_inode *)in, len));
 	if (!ret)

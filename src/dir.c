@@ -288,7 +288,7 @@ static int make_dir_block(struct rr_fs *rfs, ext2_ino_t dir, ext2_ino_t ino,
 	if (!ret) {
 		ret = rr_err(ext2fs_write_dir_block4(fs, ex.pblk, block, 0, ino));
 		if (!ret)
-			ret = emap_tree_map(rfs, ino, in, 0, ex.pblk, 1);
+			ret = emap_tree_map(rfs, ino, in, 0, ex.pblk, 1, 0);
 		if (ret)
 			rr_free_blocks(rfs->alloc, ex.pblk, 1);
 	}

@@ -359,7 +359,7 @@ static int joins(const struct ext2fs_extent *a, const struct ext2fs_extent *b, u
  * of one stream arrive out of order, and without the merge a file written
  * in one go would keep one extent per write.
  */
-static errcode_t tree_insert_one(ext2_extent_handle_t h, uint64_t lblk, uint64_t pblk, uint32_t len,
+static errcode_t tree_insert(ext2_extent_handle_t h, uint64_t lblk, uint64_t pblk, uint32_t len,
 				 int uninit)
 {
 	struct ext2fs_extent cur, right, nx = { .e_pblk = pblk, .e_lblk = lblk, .e_len = len,
@@ -415,23 +415,6 @@ static errcode_t tree_insert_one(ext2_extent_handle_t h, uint64_t lblk, uint64_t
 	return ext2fs_extent_insert(h, flags, &nx) ?: ext2fs_extent_fix_parents(h);
 }
 
-static errcode_t tree_insert(ext2_extent_handle_t h, uint64_t lblk, uint64_t pblk, uint32_t len,
-			     int uninit)
-{
-	uint32_t max = uninit ? EXT_UNINIT_MAX_LEN : EXT_INIT_MAX_LEN;
-	errcode_t err = 0;
-
-	while (len && !err) {
-		uint32_t n = len < max ? len : max;
-
-		err = tree_insert_one(h, lblk, pblk, n, uninit);
-		lblk += n;
-		pblk += n;
-		len -= n;
-	}
-	return err;
-}
-
 /*
  * -o check: after every change, the cached map must equal the tree on disk.
  * A difference is a bug in rrfuse: logged with both views, then abort().
@@ -466,20 +449,21 @@ static void emap_verify(struct rr_fs *rfs, struct rr_inode *ri, struct ext2_inod
 }
 
 /*
- * Map [lblk, lblk+len) of a hole to freshly allocated pblk..  Caller holds
- * ri->rw exclusively and the fs lock; in is the inode as on disk and is
- * written back with its new block count.
+ * Map [lblk, lblk+len) of a hole to freshly allocated pblk.., written or
+ * (uninit, extent-mapped files only) unwritten.  Caller holds ri->rw
+ * exclusively and the fs lock; in is the inode as on disk and is written
+ * back with its new block count.
  */
 int emap_map(struct rr_fs *rfs, struct rr_inode *ri, struct ext2_inode_large *in, uint64_t lblk,
-	     uint64_t pblk, uint32_t len)
+	     uint64_t pblk, uint32_t len, int uninit)
 {
-	int ret = emap_tree_map(rfs, ri->ino, in, lblk, pblk, len);
+	int ret = emap_tree_map(rfs, ri->ino, in, lblk, pblk, len, uninit);
 
 	if (ret) {
 		emap_drop(ri);
 		return ret;
 	}
-	emap_cache_set(&ri->emap, (uint32_t)lblk, len, pblk, 0);
+	emap_cache_set(&ri->emap, (uint32_t)lblk, len, pblk, uninit);
 	if (!ri->emap.v)
 		atomic_store_explicit(&ri->emap_loaded, 0, memory_order_release);
 	ret = inode_write(rfs, ri->ino, in);
@@ -494,21 +478,26 @@ int emap_map(struct rr_fs *rfs, struct rr_inode *ri, struct ext2_inode_large *in
 
 /* The on-disk half of emap_map(), for inodes with no rr_inode yet; in is not written. */
 int emap_tree_map(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in, uint64_t lblk,
-		  uint64_t pblk, uint32_t len)
+		  uint64_t pblk, uint32_t len, int uninit)
 {
 	ext2_filsys fs = rfs->fs;
 	errcode_t err;
 
 	if (lblk + len > (1ULL << 32))
 		return -EFBIG;
+	/* One extent at most: a run is in the tree whole or not at all, so the caller's free is right. */
+	if (len > (uninit ? EXT_UNINIT_MAX_LEN : EXT_INIT_MAX_LEN))
+		return -EINVAL;
 	if (in->i_flags & EXT4_EXTENTS_FL) {
 		ext2_extent_handle_t h;
 
 		err = ext2fs_extent_open2(fs, ino, (struct ext2_inode *)in, &h);
 		if (!err) {
-			err = tree_insert(h, lblk, pblk, len, 0);
+			err = tree_insert(h, lblk, pblk, len, uninit);
 			ext2fs_extent_free(h);
 		}
+	} else if (uninit) {
+		err = EXT2_ET_OP_NOT_SUPPORTED;	/* no unwritten blocks without extents */
 	} else {
 		uint32_t i;
 

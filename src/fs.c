@@ -928,11 +928,24 @@ int rr_fs_close(struct rr_fs *rfs)
 	rfs->delayed.inos = NULL;
 	if (rfs->mounted) {
 		orphan_commit(rfs);
-		if (rfs->fs->super->s_last_orphan || rfs->orphans.of_used)
-			rr_log(LOG_WARNING, "orphans left on the list: the next mount or e2fsck finishes them");
+		/*
+		 * Every file is closed and forgotten now: what is still listed
+		 * (a truncate that failed, say with ENOSPC halfway) is finished
+		 * here, as the mount would, so that a clean image has no orphans.
+		 */
+		if (orphans_pending(rfs->fs) || rfs->orphans.of_used) {
+			rr_log(LOG_NOTICE, "unmount: finishing orphans left on the list");
+			orphan_cleanup(rfs);
+			orphan_commit(rfs);
+		}
 		/* A clean unmount: the state the image had when we mounted it, and any error since. */
 		rr_error_commit(rfs);
 		rfs->fs->super->s_state = rfs->orig_state;
+		if (rfs->fs->super->s_last_orphan || rfs->orphans.of_used) {
+			rr_log(LOG_WARNING, "orphans left on the list: leaving the image marked not clean; "
+			       "the next mount or e2fsck finishes them");
+			rfs->fs->super->s_state &= (__u16)~EXT2_VALID_FS;
+		}
 		rfs->fs->super->s_wtime = (__u32)time(NULL);
 		ext2fs_mark_super_dirty(rfs->fs);
 	}

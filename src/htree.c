@@ -189,9 +189,9 @@ int htree_index_dir(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_in
 	if (!ret)
 		ret = rr_err(ext2fs_write_dir_block4(fs, ex2.pblk, leaf, 0, dir));
 	if (!ret)
-		ret = emap_tree_map(rfs, dir, &in, 1, ex1.pblk, 1);
+		ret = emap_tree_map(rfs, dir, &in, 1, ex1.pblk, 1, 0);
 	if (!ret)
-		ret = emap_tree_map(rfs, dir, &in, 2, ex2.pblk, 1);
+		ret = emap_tree_map(rfs, dir, &in, 2, ex2.pblk, 1, 0);
 	if (ret)
 		goto out;
 

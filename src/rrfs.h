@@ -202,9 +202,9 @@ void emap_drop(struct rr_inode *ri);
 void emap_lookup(const struct rr_emap *m, uint64_t lblk, struct rr_ext *out);
 void emap_alloc_hint(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk, struct rr_alloc_req *req);
 int emap_map(struct rr_fs *rfs, struct rr_inode *ri, struct ext2_inode_large *in, uint64_t lblk,
-	     uint64_t pblk, uint32_t len);
+	     uint64_t pblk, uint32_t len, int uninit);
 int emap_tree_map(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in, uint64_t lblk,
-		  uint64_t pblk, uint32_t len);
+		  uint64_t pblk, uint32_t len, int uninit);
 int emap_tree_punch(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in, uint64_t first,
 		    uint64_t last);
 int emap_mark_init(struct rr_fs *rfs, struct rr_inode *ri, struct ext2_inode_large *in,

@@ -493,3 +493,60 @@ def test_seek_unwritten_extents(fs, f):
     assert _seek(fd, 16 * BS, os.SEEK_DATA) == 16 * BS
     assert _seek(fd, 16 * BS, os.SEEK_HOLE) == 17 * BS
     assert _seek(fd, 17 * BS, os.SEEK_DATA) == -errno.ENXIO
+
+
+@pytest.mark.rrfuse_only
+def test_fallocate_maps_only_the_range_asked_for(fs):
+    """libext2fs's ext2fs_fallocate maps the whole hole up to the next
+    extent: 4 KiB in front of a block at 117 MiB mapped 117 MiB.  As the
+    kernel: 4 KiB, one unwritten extent of one block."""
+    p = fs.path("far")
+    fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.pwrite(fd, b"x" * 4096, 117 << 20)
+        os.fsync(fd)
+        before = os.fstat(fd).st_blocks
+        fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, 4096)
+        os.fsync(fd)
+        assert os.fstat(fd).st_blocks - before == 8
+        assert os.pread(fd, 4096, 0) == b"\0" * 4096
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.rrfuse_only
+@pytest.mark.image(size="64M", mkfs_args=["-m", "0"])
+def test_small_fallocate_on_a_nearly_full_filesystem(fs):
+    """A 4 KiB request needs 4 KiB, not the whole hole in front of the next extent."""
+    p = fs.path("far")
+    with open(p, "wb") as f:
+        f.seek(48 << 20)
+        f.write(b"y" * 4096)
+        os.fsync(f.fileno())
+    filler = fs.path("filler")
+    sv = os.statvfs(fs.mnt)
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        # Leave about 64 blocks free.
+        fallocate(fd, 0, 0, max(sv.f_bavail - 64, 1) * sv.f_frsize)
+    finally:
+        os.close(fd)
+    fd = os.open(p, os.O_RDWR)
+    try:
+        fallocate(fd, FALLOC_FL_KEEP_SIZE, 8192, 4096)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.rrfuse_only
+@pytest.mark.image(size="64M", mkfs_args=["-O", "^extent,^flex_bg,^64bit"])
+def test_fallocate_on_a_block_mapped_file_is_not_supported(fs):
+    """As ext4 (ext4_fallocate): no unwritten blocks without extents."""
+    fd = os.open(fs.path("f"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        with pytest.raises(OSError) as e:
+            fallocate(fd, 0, 0, 1 << 20)
+        assert e.value.errno == errno.EOPNOTSUPP
+        os.write(fd, b"still writable")
+    finally:
+        os.close(fd)

@@ -142,8 +142,8 @@ START_TEST(punch_at_fs_end)
 	ck_assert_int_eq(ext2fs_read_inode_full(fs, ino, (struct ext2_inode *)&in, sizeof(in)), 0);
 	/* Blocks 0-19 at the very end of the filesystem, 20-39 just before them. */
 	ext2fs_block_alloc_stats_range(fs, end - 40, 40, +1);
-	ck_assert_int_eq(emap_tree_map(&rfs, ino, &in, 0, end - 20, 20), 0);
-	ck_assert_int_eq(emap_tree_map(&rfs, ino, &in, 20, end - 40, 20), 0);
+	ck_assert_int_eq(emap_tree_map(&rfs, ino, &in, 0, end - 20, 20, 0), 0);
+	ck_assert_int_eq(emap_tree_map(&rfs, ino, &in, 20, end - 40, 20, 0), 0);
 	in.i_size = 40 * fs->blocksize;
 	ck_assert_int_eq(inode_write(&rfs, ino, &in), 0);
 	ck_assert_int_eq(ext2fs_link(fs, EXT2_ROOT_INO, "f", ino, EXT2_FT_REG_FILE), 0);
@@ -155,7 +155,7 @@ START_TEST(punch_at_fs_end)
 	ck_assert_uint_eq(ext2fs_get_stat_i_blocks(fs, (struct ext2_inode *)&in), 30 * (fs->blocksize / 512));
 	/* Map the last block again, alone, then free everything. */
 	ext2fs_block_alloc_stats2(fs, end - 1, +1);
-	ck_assert_int_eq(emap_tree_map(&rfs, ino, &in, 100, end - 1, 1), 0);
+	ck_assert_int_eq(emap_tree_map(&rfs, ino, &in, 100, end - 1, 1, 0), 0);
 	in.i_size = 101 * fs->blocksize;
 	ck_assert_int_eq(inode_write(&rfs, ino, &in), 0);
 	ck_assert_int_eq(emap_tree_punch(&rfs, ino, &in, 0, ~0ULL), 0);
