@@ -428,6 +428,15 @@ static errcode_t rr_io_discard(io_channel ch, unsigned long long block, unsigned
 	uint64_t r[2] = { block * (uint64_t)ch->block_size, count * (uint64_t)ch->block_size };
 	int ret;
 
+	/*
+	 * A fuseblk mount's device is claimed by the kernel, so BLKDISCARD
+	 * cannot take it over to drop the range's page cache and only
+	 * invalidates it, which fails with EBUSY on a dirty page (a freed
+	 * metadata block written through the cache): write the range first.
+	 */
+	if ((ch->flags & CHANNEL_FLAGS_BLOCK_DEVICE) && io_bdev_shared)
+		sync_file_range(priv->fd, (off_t)r[0], (off_t)r[1],
+				SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
 	if (ch->flags & CHANNEL_FLAGS_BLOCK_DEVICE)
 		ret = ioctl(priv->fd, BLKDISCARD, r);
 	else
