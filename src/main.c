@@ -266,6 +266,7 @@ int main(int argc, char *argv[])
 	opts.direct = c.direct;
 	opts.check = c.check;
 	opts.debug = fo.debug;
+	opts.single = fo.singlethread;
 
 	rfs = calloc(1, sizeof(*rfs));
 	if (!rfs)

@@ -104,8 +104,10 @@ static void rr_init(void *userdata, struct fuse_conn_info *conn)
 {
 	struct rr_fs *rfs = userdata;
 
-	if (rfs->opts.writeback && !rfs->ro && (conn->capable & FUSE_CAP_WRITEBACK_CACHE))
+	if (rfs->opts.writeback && !rfs->ro && (conn->capable & FUSE_CAP_WRITEBACK_CACHE)) {
 		conn->want |= FUSE_CAP_WRITEBACK_CACHE;
+		rfs->wbcache = 1;
+	}
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
 	if ((conn->capable & FUSE_CAP_POSIX_ACL) && (conn->capable & FUSE_CAP_DONT_MASK))
@@ -1061,6 +1063,16 @@ static void rr_lseek(fuse_req_t req, fuse_ino_t fino, off_t off, int whence, str
 		return;
 	}
 	ri = node(rfs, fino);
+	/*
+	 * With the writeback cache, written pages may still sit in the
+	 * kernel, which asks without writing them back first (and owns
+	 * i_size meanwhile): a hole would be reported where a write landed.
+	 * Invalidating the rest of the file's cache makes the kernel write
+	 * its dirty pages (launder) before this returns; another thread
+	 * serves those WRITEs, so not with -s.
+	 */
+	if (ri && rfs->wbcache && !rfs->opts.single && atomic_load(&ri->nwriters))
+		fuse_lowlevel_notify_inval_inode(rfs->se, fino, off & ~(off_t)4095, 0);
 	r = ri ? data_seek(rfs, ri, (uint64_t)off, whence) : -EIO;
 	if (ri)
 		rr_iunpin(rfs, ri);

@@ -98,6 +98,7 @@ struct rr_opts {
 	int delalloc;		/* delay allocating the kernel's written-back pages (-o nodelalloc: no) */
 	int direct;		/* O_DIRECT data transfers: 1, 0, -1 = on block devices */
 	int debug;
+	int single;		/* -s: one thread serves every request */
 	int check;		/* -o check: verify in-memory state against disk after changes */
 	int errors;		/* errors=: EXT2_ERRORS_*, 0 = as the superblock says */
 	struct rr_alloc_tunables alloc;	/* allocator tunables (-o max_prealloc_kb=, mb_*=) */
@@ -119,6 +120,7 @@ struct rr_fs {
 	int ro_cleanup;		/* ro, but writable until the mount has finished orphans */
 	uint64_t overhead;	/* blocks of static metadata, left out of statfs f_blocks */
 	char *utab;		/* mount point with a utab entry of ours (src/utab.c), or NULL */
+	int wbcache;		/* the kernel's writeback cache is on (set at INIT) */
 	int closed;		/* rr_fs_close ran at DESTROY; its result: */
 	int close_ret;
 

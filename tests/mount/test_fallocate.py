@@ -550,3 +550,21 @@ def test_fallocate_on_a_block_mapped_file_is_not_supported(fs):
         os.write(fd, b"still writable")
     finally:
         os.close(fd)
+
+
+def test_seek_data_finds_writes_not_yet_written_back(fs):
+    """fstests' seek_sanity_test: a 1-byte pwrite at offset 2 of an empty
+    file, then SEEK_DATA.  With the writeback cache the byte is still in
+    the kernel's cache when the daemon is asked; a hole must never be
+    reported where a write has landed."""
+    fd = os.open(fs.path("s"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.pwrite(fd, b"a", 2)
+        assert os.lseek(fd, 0, os.SEEK_DATA) == 0
+        assert os.lseek(fd, 0, os.SEEK_HOLE) == 3
+        os.pwrite(fd, b"b", 1 << 20)
+        assert os.lseek(fd, 4096, os.SEEK_DATA) == 1 << 20
+        assert os.lseek(fd, 0, os.SEEK_HOLE) == 4096
+        assert os.lseek(fd, 1 << 20, os.SEEK_HOLE) == (1 << 20) + 1
+    finally:
+        os.close(fd)
