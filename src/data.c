@@ -652,6 +652,28 @@ int data_truncate(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size)
 	return ret;
 }
 
+/*
+ * Grow i_size to size (a hole up to it), never shrink: a page the kernel
+ * wrote back and we refused for ENOSPC has already grown the file in the
+ * kernel's view, and the image keeps the size the kernel shows.
+ */
+int data_grow(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size)
+{
+	int ret;
+
+	if (size > max_size(rfs))
+		return -EFBIG;
+	pthread_rwlock_wrlock(&ri->rw);
+	ret = emap_ensure(rfs, ri);
+	if (!ret && size > ri->size) {
+		ret = zero_old_tail(rfs, ri, size);
+		if (!ret)
+			ret = set_size(rfs, ri, size, data_times(rfs));
+	}
+	pthread_rwlock_unlock(&ri->rw);
+	return ret;
+}
+
 /* Blocks in [first, first+n) that are holes. Caller holds rw. */
 static uint64_t count_holes(struct rr_fs *rfs, struct rr_inode *ri, uint64_t first, uint64_t n)
 {

@@ -194,10 +194,23 @@ static void reply_attr(fuse_req_t req, ext2_ino_t ino, const struct ext2_inode_l
 
 static void rr_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	struct rr_fs *rfs = rr_fs_of(req);
 	struct ext2_inode_large in;
-	int ret = inode_read(rr_fs_of(req), e2ino(ino), &in);
+	int ret;
 
-	(void)fi;
+	/* With the open file: a write() asking (see rr_inode.lost_enospc), once. */
+	if (fi && rfs->wbcache) {
+		struct rr_inode *ri = rr_ipin(rfs, e2ino(ino));
+		int lost = ri && atomic_exchange(&ri->lost_enospc, 0);
+
+		if (ri)
+			rr_iunpin(rfs, ri);
+		if (lost) {
+			fuse_reply_err(req, ENOSPC);
+			return;
+		}
+	}
+	ret = inode_read(rfs, e2ino(ino), &in);
 	if (ret)
 		fuse_reply_err(req, -ret);
 	else
@@ -541,7 +554,7 @@ static void rr_write(fuse_req_t req, fuse_ino_t fino, const char *buf, size_t si
 {
 	struct rr_fs *rfs = rr_fs_of(req);
 	struct rr_inode *ri;
-	int short_err = 0;
+	int short_err = 0, lost;
 	ssize_t n;
 
 	if (off < 0 || rfs->ro) {
@@ -554,18 +567,27 @@ static void rr_write(fuse_req_t req, fuse_ino_t fino, const char *buf, size_t si
 	else
 		n = ri ? data_write(rfs, ri, buf, size, (uint64_t)off, fh_privileged(fi),
 				    fi->writepage && rfs->opts.delalloc, &short_err) : -EIO;
-	if (ri)
-		rr_iunpin(rfs, ri);
 	/*
 	 * Writeback of cached pages ignores a short count: the rest would be
 	 * lost without a word.  Only an error reaches fsync() and close().
 	 */
 	if (n >= 0 && (size_t)n < size && fi->writepage && short_err)
 		n = short_err;
+	lost = n == -ENOSPC && fi->writepage && ri;
+	if (lost) {
+		atomic_store(&ri->lost_enospc, 1);
+		/* The size the kernel shows is the size the image gets; the lost part a hole. */
+		data_grow(rfs, ri, (uint64_t)off + size);
+	}
+	if (ri)
+		rr_iunpin(rfs, ri);
 	if (n < 0)
 		fuse_reply_err(req, (int)-n);
 	else
 		fuse_reply_write(req, (size_t)n);
+	/* Attributes stale: the writer's next write() asks, and hears ENOSPC. */
+	if (lost)
+		fuse_lowlevel_notify_inval_inode(rfs->se, fino, -1, 0);
 }
 
 static void rr_release(fuse_req_t req, fuse_ino_t fino, struct fuse_file_info *fi)

@@ -74,6 +74,13 @@ struct rr_inode {
 	 */
 	atomic_uint xattr_gen;
 	atomic_uint caps_absent;
+	/*
+	 * A page the kernel wrote back was refused for want of space: its
+	 * data is lost, and the kernel would report that only at fsync or
+	 * close.  The next write() revalidates the file's attributes with a
+	 * GETATTR carrying the open file, and fails with that reply's error.
+	 */
+	atomic_int lost_enospc;
 	/* i_flags & RR_FL_GUARD, for the data path; changed under the fs lock. */
 	atomic_uint guard;
 };
@@ -229,6 +236,7 @@ int data_flush(struct rr_fs *rfs, struct rr_inode *ri, int closed);
 int data_flush_all(struct rr_fs *rfs);
 /* Forget the inode's delayed data: the in-memory inode is going (logged unless it was unlinked). */
 void data_drop_delayed(struct rr_fs *rfs, struct rr_inode *ri);
+int data_grow(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size);
 int data_truncate(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size);
 int data_fallocate(struct rr_fs *rfs, struct rr_inode *ri, int mode, uint64_t off, uint64_t len,
 		   int root);

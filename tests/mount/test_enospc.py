@@ -581,3 +581,25 @@ def test_mixed_fallocate_workload_at_enospc_leaves_a_clean_image(mount_factory, 
     out = subprocess.run(["dumpe2fs", "-h", m.image], capture_output=True, text=True).stdout
     assert "First orphan inode" not in out, out
     assert re.search(r"^Filesystem state:\s+clean$", out, re.M), out
+
+
+@pytest.mark.rrfuse_only
+@pytest.mark.parametrize("opts", ["", "nodelalloc"])
+def test_writer_that_never_stops_hears_enospc_at_write(mount_factory, opts):
+    """With the writeback cache, write() only fills the kernel's cache;
+    before, `dd if=/dev/zero of=MNT/f bs=1M` on a full image ran on (250 GB
+    in 14 minutes, dropped) with stat showing that size.  Now a refused
+    write-back fails the writer's next write() (GETATTR with its file), and
+    the image keeps the size the kernel showed."""
+    m = mount_factory(size="96M", opts=opts)
+    r = subprocess.run(["dd", "if=/dev/zero", "of=" + m.path("f"), "bs=1M"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0
+    assert "No space left on device" in r.stderr, r.stderr
+    shown = os.stat(m.path("f")).st_size
+    assert shown < 2 * 96 * MiB, shown
+    m.unmount()
+    out = subprocess.run(["debugfs", "-R", "stat /f", m.image], capture_output=True,
+                         text=True).stdout
+    assert re.search(r"Size: (\d+)", out).group(1) == str(shown), out
+    m.mount()
