@@ -254,6 +254,40 @@ int dir_lookup(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t *
 	return ret;
 }
 
+/*
+ * "." and "..": what FUSE's export operations ask when the kernel decodes a
+ * file handle (open_by_handle_at, an NFS export) of an inode it no longer
+ * caches: LOOKUP(nodeid, ".") for the inode itself, LOOKUP(dir, "..") for
+ * a directory's parent.  The node id comes from the handle, not from a
+ * reference the kernel holds, so anything out of range, free or deleted is
+ * ESTALE, as ext4's handle decoding says; the kernel then compares the
+ * generation with the handle's.
+ */
+int dir_lookup_dot(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t *ino,
+		   struct rr_inode **ri, struct ext2_inode_large *in)
+{
+	struct ext2_super_block *sb = rfs->fs->super;
+	int ret;
+
+	if ((dir < EXT2_FIRST_INO(sb) && dir != EXT2_ROOT_INO) || dir > sb->s_inodes_count)
+		return -ESTALE;
+	rr_fs_lock(rfs);
+	ret = inode_load(rfs, dir, in);
+	if (!ret && (!in->i_mode || !in->i_links_count))
+		ret = -ESTALE;
+	if (!ret && name[1]) {
+		ret = LINUX_S_ISDIR(in->i_mode) ? find(rfs, dir, "..", ino) : -ENOTDIR;
+		if (!ret)
+			ret = entry_ref(rfs, *ino, ri, in);
+	} else if (!ret) {
+		*ino = dir;
+		*ri = rr_iget(rfs, dir);
+		ret = *ri ? 0 : -ENOMEM;
+	}
+	rr_fs_unlock(rfs);
+	return ret;
+}
+
 /* Owner, group and mode of a new inode in dir, as the kernel's inode_init_owner. */
 static void new_owner(struct rr_fs *rfs, ext2_ino_t dir, mode_t *mode, const struct rr_cred *cr,
 		      gid_t *gid)

@@ -24,6 +24,9 @@ struct rr_dirlist {
 };
 
 /* All return 0 or -errno and take the fs lock themselves. */
+/* LOOKUP of "." or ".." (name) on a node id from a file handle: -ESTALE if it names nothing. */
+int dir_lookup_dot(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t *ino,
+		   struct rr_inode **ri, struct ext2_inode_large *in);
 int dir_lookup(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t *ino,
 	       struct rr_inode **ri, struct ext2_inode_large *in);
 int dir_create(struct rr_fs *rfs, ext2_ino_t dir, const char *name, mode_t mode, dev_t rdev,

@@ -110,6 +110,9 @@ static void rr_init(void *userdata, struct fuse_conn_info *conn)
 	}
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+	/* File handles outlive the kernel's cache (open_by_handle_at, NFS): dir_lookup_dot. */
+	if (conn->capable & FUSE_CAP_EXPORT_SUPPORT)
+		conn->want |= FUSE_CAP_EXPORT_SUPPORT;
 	if ((conn->capable & FUSE_CAP_POSIX_ACL) && (conn->capable & FUSE_CAP_DONT_MASK))
 		conn->want |= FUSE_CAP_POSIX_ACL | FUSE_CAP_DONT_MASK;
 	conn->want &= ~(unsigned)FUSE_CAP_ATOMIC_O_TRUNC;
@@ -144,8 +147,15 @@ static void rr_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct ext2_inode_large in;
 	struct rr_inode *ri = NULL;
 	ext2_ino_t ino;
-	int ret = dir_lookup(rfs, e2ino(parent), name, &ino, &ri, &in);
+	int ret;
 
+	if (name[0] == '.' && (!name[1] || (name[1] == '.' && !name[2]))) {
+		/* Not in one call: ino and ri are its results. */
+		ret = dir_lookup_dot(rfs, e2ino(parent), name, &ino, &ri, &in);
+		reply_entry(req, ret, ino, ri, &in);
+		return;
+	}
+	ret = dir_lookup(rfs, e2ino(parent), name, &ino, &ri, &in);
 	if (ret == -ENOENT) {
 		/* A negative entry the kernel may cache: we are the only writer. */
 		struct fuse_entry_param e = { .ino = 0, .entry_timeout = RR_TIMEOUT };
