@@ -427,6 +427,7 @@ static void rr_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
  */
 #define RR_FH_PRIVILEGED 1
 #define RR_FH_WRITER 2		/* counted in ri->nwriters */
+#define RR_FH_DIRECT 4		/* opened O_DIRECT (matters without the writeback cache) */
 
 static int fh_privileged(const struct fuse_file_info *fi)
 {
@@ -437,6 +438,8 @@ static void fh_init(fuse_req_t req, struct rr_inode *ri, struct fuse_file_info *
 {
 	fi->keep_cache = 1;
 	fi->fh = is_root(req) ? RR_FH_PRIVILEGED : 0;
+	if (fi->flags & O_DIRECT)
+		fi->fh |= RR_FH_DIRECT;
 	if ((fi->flags & O_ACCMODE) != O_RDONLY) {
 		fi->fh |= RR_FH_WRITER;
 		atomic_fetch_add(&ri->nwriters, 1);
@@ -591,6 +594,15 @@ static void rr_write(fuse_req_t req, fuse_ino_t fino, const char *buf, size_t si
 	}
 	if (ri)
 		rr_iunpin(rfs, ri);
+	/*
+	 * A direct write (with the writeback cache, any WRITE that is not the
+	 * cache's): pages of its range that a buffered reader pulled in while
+	 * it ran hold the old bytes, and the kernel drops them only after a
+	 * synchronous one (not after an asynchronous one: fstests generic/451).
+	 * Drop them now, with the data on disk and before the writer hears of it.
+	 */
+	if (n > 0 && (rfs->wbcache ? !fi->writepage : (fi->fh & RR_FH_DIRECT)) && !rfs->opts.single)
+		fuse_lowlevel_notify_inval_inode(rfs->se, fino, off, n);
 	if (n < 0)
 		fuse_reply_err(req, (int)-n);
 	else
