@@ -11,6 +11,7 @@
 #include "error.h"
 #include "rrfs.h"
 #include "client.h"
+#include "crash.h"
 #include "io.h"
 #include "mountinfo.h"
 #include "utab.h"
@@ -328,6 +329,7 @@ int main(int argc, char *argv[])
 		goto out_unmount;
 	if (!fo.foreground)
 		rr_log_to_syslog(1);
+	rr_crash_handlers();
 	rr_fs_start_commit_thread(rfs);
 	if (fo.singlethread) {
 		r = fuse_session_loop(se);
@@ -342,6 +344,12 @@ int main(int argc, char *argv[])
 		r = fuse_session_loop_mt(se, cfg);
 		fuse_loop_cfg_destroy(cfg);
 	}
+	/* Every way out says why: an unmount, a signal (SIGTERM, SIGINT, SIGHUP), or an error. */
+	if (r)
+		rr_log(LOG_ERR, "the FUSE session ended with an error (%s): unmounting",
+		       strerror(r < 0 ? -r : r));
+	else
+		rr_log(LOG_INFO, "%s: unmounted, writing the image out", c.device);
 	ret = r ? 1 : 0;
 out_unmount:
 	fuse_session_unmount(se);

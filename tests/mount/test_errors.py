@@ -158,3 +158,32 @@ def test_bad_errors_value(image):
     assert r.returncode != 0
     assert "errors=" in r.stderr and "remount-ro" in r.stderr, r.stderr
     assert open(image, "rb").read() == before
+
+
+def sanitized():
+    out = subprocess.run(["ldd", conftest.RRFUSE], capture_output=True, text=True).stdout
+    return "libasan" in out or "libtsan" in out
+
+
+@pytest.mark.rrfuse_only
+def test_a_crash_leaves_a_record(image, tmp_path):
+    """A daemon that dies says so in its log, with a backtrace, and dies of
+    the same signal (so a core dump is written where the system allows)."""
+    if sanitized():
+        pytest.skip("the sanitizers' own handlers report crashes in this build")
+    m = Mount(image)
+    m.mount()
+    proc = m.proc
+    with open(m.path("f"), "w") as f:
+        f.write("before the crash\n")
+    os.sync()
+    proc.send_signal(11)
+    assert proc.wait(30) == -11
+    m.proc = None
+    subprocess.run(["fusermount3", "-uz", m.mnt])
+    m.mounted = False
+    m._close_log()
+    log = m.daemon_log
+    assert "fatal signal 11 (Segmentation fault)" in log, log
+    assert "backtrace:" in log and "libfuse3" in log, log
+    # What the image looks like after a crash is the journal's business (not yet written).
