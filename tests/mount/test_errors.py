@@ -172,14 +172,10 @@ def test_a_crash_leaves_a_record(image, tmp_path):
     if sanitized():
         pytest.skip("the sanitizers' own handlers report crashes in this build")
     import resource
-    # No core file from this test's crash: the daemon inherits a hard limit of 0.
-    old = resource.getrlimit(resource.RLIMIT_CORE)
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    try:
-        m = Mount(image)
-        m.mount()
-    finally:
-        resource.setrlimit(resource.RLIMIT_CORE, old)
+    m = Mount(image)
+    m.mount()
+    # No core file from this test's crash.
+    resource.prlimit(m.proc.pid, resource.RLIMIT_CORE, (0, 0))
     proc = m.proc
     with open(m.path("f"), "w") as f:
         f.write("before the crash\n")
