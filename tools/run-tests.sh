@@ -68,6 +68,8 @@ suite() {
 		--opts check --count "${RRFUZZ_COUNT:-500}" --seed "$fuzz_seed" --keep-failed "/var/tmp/rrfuzz-failures-$dir"
 	step "mount tests ($dir)" env RRFUSE="$top/$dir/rrfuse" RRFUSE_OPTS=check /usr/bin/python3 -m pytest -q \
 		-p no:cacheprovider tests/mount "${pytest_args[@]}"
+	# The mixed workloads at once; tools/soak.sh --minutes N for a long one.
+	step "soak, ${RRSOAK_MINUTES:-1} min ($dir)" tools/soak.sh --build "$dir" --minutes "${RRSOAK_MINUTES:-1}" --size 256M
 }
 
 # The concurrent tests again under ThreadSanitizer: a report stops the daemon.

@@ -19,6 +19,7 @@ import os
 import random
 import re
 import subprocess
+import sys
 import threading
 import time
 
@@ -515,47 +516,9 @@ def test_fallocate_enospc(fs):
 
 # ------------------------------------------------ mixed workload to ENOSPC
 
-def _mixed_worker(mnt, seed, nops, errs, lock):
-    """Writes, every fallocate mode, truncates and files unlinked while
-    open, over 24 names, on a filesystem that is full most of the time."""
-    rnd = random.Random(seed)
-    for _ in range(nops):
-        name = os.path.join(mnt, "f%d" % rnd.randrange(24))
-        fd = -1
-        try:
-            fd = os.open(name, os.O_RDWR | os.O_CREAT, 0o644)
-            op = rnd.randrange(10)
-            off = rnd.randrange(0, 48 * MiB) & ~511
-            ln = rnd.randrange(1, 4 * MiB)
-            if op < 3:
-                os.pwrite(fd, bytes([op + 1]) * rnd.randrange(1, MiB), off)
-            elif op < 8:
-                mode = [0, FALLOC_FL_KEEP_SIZE, FALLOC_FL_ZERO_RANGE,
-                        FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE,
-                        FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE][op - 3]
-                fallocate(fd, mode, off, ln)
-            elif op == 8:
-                os.ftruncate(fd, rnd.randrange(0, 32 * MiB))
-            else:
-                os.unlink(name)
-                os.pwrite(fd, b"u" * rnd.randrange(1, MiB), rnd.randrange(0, 8 * MiB))
-                if rnd.random() < 0.5:
-                    os.ftruncate(fd, rnd.randrange(0, 4 * MiB))
-        except OSError as e:
-            with lock:
-                errs[e.errno] = errs.get(e.errno, 0) + 1
-        finally:
-            if fd >= 0:
-                try:
-                    os.close(fd)
-                except OSError as e:
-                    with lock:
-                        errs[e.errno] = errs.get(e.errno, 0) + 1
-
-
-FALLOC_FL_KEEP_SIZE = 0x01
-FALLOC_FL_PUNCH_HOLE = 0x02
-FALLOC_FL_ZERO_RANGE = 0x10
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "stress"))
+import rrmix  # noqa: E402  (tests/stress/rrmix.py, also run by tools/soak.sh)
 
 
 @pytest.mark.rrfuse_only
@@ -568,13 +531,7 @@ def test_mixed_fallocate_workload_at_enospc_leaves_a_clean_image(mount_factory, 
     the orphan list by a clean unmount (before: "corrupted orphan linked
     list").  The teardown unmounts and runs e2fsck -fn."""
     m = mount_factory(size="64M", opts=opts)
-    errs, lock = {}, threading.Lock()
-    ts = [threading.Thread(target=_mixed_worker, args=(m.mnt, seed * 100 + k, 400, errs, lock))
-          for k in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    errs = rrmix.run(m.mnt, seed=seed)
     assert errs.get(errno.ENOSPC, 0) > 0, "the workload never filled the filesystem: %r" % errs
     assert set(errs) <= {errno.ENOSPC, errno.ENOENT, errno.EFBIG}, errs
     m.unmount()
