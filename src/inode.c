@@ -440,6 +440,26 @@ void inode_stat(struct rr_fs *rfs, ext2_ino_t ino, const struct ext2_inode_large
 }
 
 /*
+ * The whole on-disk inode: in, then zeros over what a freed inode may have
+ * left (in-inode xattrs).  Not ext2fs_write_new_inode(): it copies only the
+ * 128-byte base inode, so the nanoseconds, crtime and i_extra_isize set here
+ * would be lost.
+ */
+static errcode_t write_fresh_inode(ext2_filsys fs, ext2_ino_t ino, const struct ext2_inode_large *in)
+{
+	size_t size = EXT2_INODE_SIZE(fs->super);
+	errcode_t err;
+	char *buf = calloc(1, size);
+
+	if (!buf)
+		return EXT2_ET_NO_MEMORY;
+	memcpy(buf, in, size < sizeof(*in) ? size : sizeof(*in));
+	err = ext2fs_write_inode_full(fs, ino, (struct ext2_inode *)buf, (int)size);
+	free(buf);
+	return err;
+}
+
+/*
  * Allocate and initialise a new inode (not yet linked anywhere).  Caller
  * holds the fs lock.  Regular files and directories get an empty extent
  * tree when the filesystem has extents.
@@ -504,7 +524,7 @@ int inode_new(struct rr_fs *rfs, ext2_ino_t dir, mode_t mode, uid_t uid, gid_t g
 			return rr_err(err);
 		ext2fs_extent_free(h);
 	}
-	err = ext2fs_write_new_inode(fs, ino, (struct ext2_inode *)in);
+	err = write_fresh_inode(fs, ino, in);
 	if (err)
 		return rr_err(err);
 	ext2fs_inode_alloc_stats2(fs, ino, +1, isdir);
