@@ -7,6 +7,7 @@
  * ext4's root (2); ext4's inode 1 (bad blocks) is never exposed.
  */
 #include "ops.h"
+#include "acl.h"
 #include "ctl.h"
 #include "dir.h"
 #include "trim.h"
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 /* rrfuse is the only writer of the image: the kernel may cache for long. */
@@ -729,15 +731,55 @@ static void rr_statfs(fuse_req_t req, fuse_ino_t ino)
 	fuse_reply_statfs(req, &st);
 }
 
+/* in_group_p(): the caller's filesystem gid or one of its supplementary groups. */
+static int caller_in_group(fuse_req_t req, gid_t gid)
+{
+	gid_t small[32], *list = small;
+	int n, i, in = fuse_req_ctx(req)->gid == gid;
+
+	n = in ? 0 : fuse_req_getgroups(req, 32, small);
+	if (n > 32) {
+		list = malloc((size_t)n * sizeof(*list));
+		n = list ? fuse_req_getgroups(req, n, list) : 0;
+	}
+	for (i = 0; i < n && !in; i++)
+		in = list[i] == gid;
+	if (list != small)
+		free(list);
+	return in;
+}
+
+/*
+ * An access ACL sets the mode's permission bits; the kernel's
+ * posix_acl_update_mode() also drops set-gid for a caller neither in the
+ * file's group nor privileged (CAP_FSETID: root here).  libfuse 3.14 does
+ * not pass the kernel's verdict (FUSE_SETXATTR_ACL_KILL_SGID), so decide it
+ * here from the caller's groups.
+ */
+static int acl_kills_sgid(fuse_req_t req, ext2_ino_t ino, const char *name)
+{
+	struct ext2_inode_large in;
+
+	if (strcmp(name, ACL_ACCESS_XATTR) || fuse_req_ctx(req)->uid == 0)
+		return 0;
+	if (inode_read(rr_fs_of(req), ino, &in) || !(in.i_mode & S_ISGID))
+		return 0;
+	return !caller_in_group(req, inode_gid(in));
+}
+
 static void rr_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
 			size_t size, int flags)
 {
 	if (!check_rw(req))
 		return;
-	if (rr_iguard(rr_fs_of(req), e2ino(ino)))
+	if (rr_iguard(rr_fs_of(req), e2ino(ino))) {
 		fuse_reply_err(req, EPERM);	/* as xattr_permission() */
-	else
-		fuse_reply_err(req, -xattr_set(rr_fs_of(req), e2ino(ino), name, value, size, flags));
+		return;
+	}
+	flags &= XATTR_CREATE | XATTR_REPLACE;	/* the VFS allows no others */
+	if (acl_kills_sgid(req, e2ino(ino), name))
+		flags |= RR_XATTR_ACL_KILL_SGID;
+	fuse_reply_err(req, -xattr_set(rr_fs_of(req), e2ino(ino), name, value, size, flags));
 }
 
 /* size 0 asks for the length; too small a buffer is ERANGE. */

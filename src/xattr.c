@@ -185,8 +185,12 @@ static int drop_empty_block(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode
 	return ret;
 }
 
-/* After a change: drop an emptied block, and ctime, as for any inode change. */
-static int after_change(struct rr_fs *rfs, ext2_ino_t ino, const mode_t *perm)
+/*
+ * After a change: drop an emptied block, and ctime, as for any inode change.
+ * perm: the permission bits an access ACL gave, and then kill_sgid whether
+ * the set-gid bit goes with them.
+ */
+static int after_change(struct rr_fs *rfs, ext2_ino_t ino, const mode_t *perm, int kill_sgid)
 {
 	struct ext2_inode_large in;
 	int ret = inode_load(rfs, ino, &in);
@@ -196,7 +200,7 @@ static int after_change(struct rr_fs *rfs, ext2_ino_t ino, const mode_t *perm)
 	if (ret)
 		return ret;
 	if (perm)
-		in.i_mode = (__u16)((in.i_mode & ~0777) | (*perm & 0777));
+		in.i_mode = (__u16)((in.i_mode & ~(kill_sgid ? 0777 | S_ISGID : 0777)) | (*perm & 0777));
 	inode_touch(&in, RR_CTIME);
 	return inode_write(rfs, ino, &in);
 }
@@ -237,6 +241,9 @@ int xattr_set_locked(struct rr_fs *rfs, ext2_ino_t ino, const char *name, const 
 {
 	mode_t perm;
 	int ret, equiv, is_access = !strcmp(name, ACL_ACCESS_XATTR);
+	int kill_sgid = !!(flags & RR_XATTR_ACL_KILL_SGID);
+
+	flags &= ~RR_XATTR_ACL_KILL_SGID;
 
 	if (!known_namespace(name))
 		return -EOPNOTSUPP;
@@ -260,11 +267,11 @@ int xattr_set_locked(struct rr_fs *rfs, ext2_ino_t ino, const char *name, const 
 		if (is_access && equiv) {
 			/* The mode says it all: keep no ACL, as ext4. */
 			ret = set_raw(rfs, ino, name, NULL, 0, flags & XATTR_CREATE);
-			return ret ? ret : after_change(rfs, ino, &perm);
+			return ret ? ret : after_change(rfs, ino, &perm, kill_sgid);
 		}
 	}
 	ret = set_raw(rfs, ino, name, val, len, flags);
-	return ret ? ret : after_change(rfs, ino, is_access ? &perm : NULL);
+	return ret ? ret : after_change(rfs, ino, is_access ? &perm : NULL, kill_sgid);
 }
 
 int xattr_set(struct rr_fs *rfs, ext2_ino_t ino, const char *name, const void *val, size_t len,
@@ -287,7 +294,7 @@ int xattr_remove(struct rr_fs *rfs, ext2_ino_t ino, const char *name)
 	rr_fs_lock(rfs);
 	ret = set_raw(rfs, ino, name, NULL, 0, XATTR_REPLACE);
 	if (!ret)
-		ret = after_change(rfs, ino, NULL);
+		ret = after_change(rfs, ino, NULL, 0);
 	rr_fs_unlock(rfs);
 	return ret;
 }
