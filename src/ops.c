@@ -1066,6 +1066,15 @@ static void rr_ioctl(fuse_req_t req, fuse_ino_t fino, unsigned int cmd, void *ar
 				v |= xflag_map[i].fl;
 		ret = set_flags(req, e2ino(fino), v, RR_FL_XSETTABLE);
 	}
+	/*
+	 * The new ctime (ext4_fileattr_set sets it) is ours alone: the kernel
+	 * neither sets nor asks for it after this ioctl, and would show the
+	 * cached one until the attributes time out.  Attributes only, before
+	 * the reply: the kernel holds the inode's lock across the ioctl but
+	 * takes no lock to invalidate attributes.
+	 */
+	if (!ret)
+		fuse_lowlevel_notify_inval_inode(rr_fs_of(req)->se, fino, -1, 0);
 	if (ret)
 		fuse_reply_err(req, -ret);
 	else
