@@ -185,6 +185,30 @@ static void rr_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		reply_attr(req, e2ino(ino), &in);
 }
 
+/*
+ * The kernel's may_setattr() on an append-only inode: no new size, mode or
+ * owner, and no times given explicitly (ATTR_TIMES_SET: utimes with a times
+ * array, UTIME_OMIT included), but "now" for both (utimes(NULL),
+ * ATTR_TOUCH) is allowed.  FUSE does not pass those flags: a touch arrives
+ * as ATIME_NOW with MTIME_NOW, or with MTIME of the kernel's own clock under
+ * the writeback cache; that cache's flush of mtime and ctime after appends
+ * is MTIME without ATIME, on an open file (explicit utimes never names one).
+ * Under the writeback cache, (UTIME_NOW, t) therefore passes as a touch.
+ */
+static int append_only_denies(const struct rr_fs *rfs, int to_set, const struct fuse_file_info *fi)
+{
+	int wb = rfs->opts.writeback;
+
+	if (to_set & (FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID))
+		return 1;
+	if (!(to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME)))
+		return 0;
+	if ((to_set & FUSE_SET_ATTR_ATIME_NOW) &&
+	    ((to_set & FUSE_SET_ATTR_MTIME_NOW) || (wb && (to_set & FUSE_SET_ATTR_MTIME))))
+		return 0;
+	return !(wb && fi && !(to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME_NOW)));
+}
+
 static void rr_setattr(fuse_req_t req, fuse_ino_t fino, struct stat *attr, int to_set,
 		       struct fuse_file_info *fi)
 {
@@ -195,20 +219,13 @@ static void rr_setattr(fuse_req_t req, fuse_ino_t fino, struct stat *attr, int t
 	unsigned int guard;
 	int ret = 0;
 
-	(void)fi;
 	if (rfs->ro) {
 		fuse_reply_err(req, EROFS);
 		return;
 	}
-	/*
-	 * As notify_change(): an immutable inode changes nothing, an
-	 * append-only one keeps its size, mode and owner.  Its mtime and ctime
-	 * may move: the writeback cache flushes them after appends.
-	 */
+	/* As may_setattr(): an immutable inode changes nothing. */
 	guard = rr_iguard(rfs, e2ino(fino));
-	if ((guard & EXT2_IMMUTABLE_FL) ||
-	    ((guard & EXT2_APPEND_FL) && (to_set & (FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_MODE |
-						    FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)))) {
+	if ((guard & EXT2_IMMUTABLE_FL) || ((guard & EXT2_APPEND_FL) && append_only_denies(rfs, to_set, fi))) {
 		fuse_reply_err(req, EPERM);
 		return;
 	}

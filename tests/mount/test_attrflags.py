@@ -185,3 +185,60 @@ def test_chattr_ctime_file(fs):
 def test_chattr_ctime_file_writeback_cache(fs):
     open(fs.path("f"), "w").close()
     chattr_moves_ctime(fs, fs.path("f"))
+
+
+def utimensat(path, atime, mtime):
+    """utimensat(2) with (sec, nsec) pairs; nsec may be UTIME_NOW/UTIME_OMIT."""
+    import ctypes
+
+    class Timespec(ctypes.Structure):
+        _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    ts = (Timespec * 2)(Timespec(*atime), Timespec(*mtime))
+    if libc.utimensat(-100, os.fsencode(path), ts, 0) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e), path)
+
+
+UTIME_NOW, UTIME_OMIT = (1 << 30) - 1, (1 << 30) - 2
+
+
+@pytest.mark.parametrize("kind", ["file", "dir", pytest.param(
+    "file", id="file-no_writeback_cache", marks=pytest.mark.opts("no_writeback_cache"))])
+def test_append_only_times(fs, kind):
+    # fstests generic/079, the kernel's may_setattr(): on an append-only
+    # inode, times given explicitly are EPERM (UTIME_OMIT for one of them
+    # too); "now" for both (utimes(NULL)) is allowed.
+    p = fs.path("a")
+    if kind == "dir":
+        os.mkdir(p)
+    else:
+        with open(p, "w") as f:
+            f.write("x\n")
+    os.utime(p, (1000, 1000))
+    assert chattr("+a", p).returncode == 0
+    eperm(os.utime, p, (2000, 2000))
+    eperm(lambda: os.utime(p, ns=(5, 7)))
+    eperm(utimensat, p, (0, UTIME_NOW), (0, UTIME_OMIT))
+    eperm(utimensat, p, (0, UTIME_OMIT), (3000, 0))
+    eperm(utimensat, p, (0, UTIME_OMIT), (0, UTIME_NOW))
+    eperm(utimensat, p, (3000, 0), (0, UTIME_NOW))
+    assert os.stat(p).st_mtime == 1000
+    os.utime(p)
+    assert os.stat(p).st_mtime > 1000 and os.stat(p).st_atime > 1000
+    utimensat(p, (0, UTIME_NOW), (0, UTIME_NOW))
+    if kind == "file":
+        with open(p, "a") as f:     # appending still moves mtime
+            f.write("y\n")
+    assert chattr("-a", p).returncode == 0
+
+
+def test_immutable_times(fs):
+    p = fs.path("i")
+    open(p, "w").close()
+    assert chattr("+i", p).returncode == 0
+    eperm(os.utime, p)
+    eperm(os.utime, p, (1, 1))
+    eperm(utimensat, p, (0, UTIME_NOW), (0, UTIME_NOW))
+    assert chattr("-i", p).returncode == 0
