@@ -29,6 +29,14 @@
 /* rrfuse is the only writer of the image: the kernel may cache for long. */
 #define RR_TIMEOUT 1.0
 
+/*
+ * A file handle remembers whether its opener may use the root-reserved
+ * blocks: writeback WRITE requests come from the kernel's flusher with no
+ * caller credentials of their own.
+ */
+#define RR_FH_PRIVILEGED 1
+#define RR_FH_WRITER 2		/* counted in ri->nwriters */
+
 static struct rr_fs *rr_fs_of(fuse_req_t req)
 {
 	return fuse_req_userdata(req);
@@ -75,6 +83,17 @@ static int is_root(fuse_req_t req)
 	       (sb->s_def_resgid && ctx->gid == sb->s_def_resgid);
 }
 
+/*
+ * How long the kernel may keep an inode's attributes.  Not at all for an
+ * immutable one: under the writeback cache a write() reaches rrfuse only
+ * as a GETATTR on the open file when the attributes are stale (rr_getattr
+ * refuses it), so cached ones would let writes into the page cache.
+ */
+static double attr_timeout(const struct ext2_inode_large *in)
+{
+	return in->i_flags & EXT2_IMMUTABLE_FL ? 0 : RR_TIMEOUT;
+}
+
 static void fill_entry(struct rr_fs *rfs, ext2_ino_t ino, const struct ext2_inode_large *in,
 		       struct fuse_entry_param *e)
 {
@@ -82,7 +101,7 @@ static void fill_entry(struct rr_fs *rfs, ext2_ino_t ino, const struct ext2_inod
 	e->ino = fuseino(ino);
 	e->generation = in->i_generation;
 	inode_stat(rfs, ino, in, &e->attr);
-	e->attr_timeout = RR_TIMEOUT;
+	e->attr_timeout = attr_timeout(in);
 	e->entry_timeout = RR_TIMEOUT;
 }
 
@@ -170,7 +189,7 @@ static void reply_attr(fuse_req_t req, ext2_ino_t ino, const struct ext2_inode_l
 	struct stat st;
 
 	inode_stat(rr_fs_of(req), ino, in, &st);
-	fuse_reply_attr(req, &st, RR_TIMEOUT);
+	fuse_reply_attr(req, &st, attr_timeout(in));
 }
 
 static void rr_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -178,11 +197,37 @@ static void rr_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct ext2_inode_large in;
 	int ret = inode_read(rr_fs_of(req), e2ino(ino), &in);
 
-	(void)fi;
+	/*
+	 * A GETATTR naming an open file comes from write(), copy_file_range(),
+	 * or a read or lseek past EOF, never from stat: the writeback cache's
+	 * write() fails with its error, where its data would otherwise wait in
+	 * the page cache for a WRITE that rr_write() refuses.  That is how a
+	 * file made immutable after it was opened for writing refuses writes
+	 * (ext4: generic_write_checks), at the price of EPERM for reads on
+	 * such a descriptor (with auto_inval_data the kernel revalidates
+	 * before reading).  Without the writeback cache WRITE comes at once
+	 * and is refused there.
+	 */
+	if (!ret && fi && rr_fs_of(req)->opts.writeback && LINUX_S_ISREG(in.i_mode) &&
+	    (fi->fh & RR_FH_WRITER) && (in.i_flags & EXT2_IMMUTABLE_FL))
+		ret = -EPERM;
 	if (ret)
 		fuse_reply_err(req, -ret);
 	else
 		reply_attr(req, e2ino(ino), &in);
+}
+
+/*
+ * The writeback cache's flush of the mtime and ctime it keeps for a regular
+ * file (after writes, and after calls it failed only once it had touched
+ * them): MTIME without ATIME and without MTIME_NOW, on an open file, which
+ * explicit utimes never names.  Refusing it on an append-only or immutable
+ * file would fail fsync() and leave stat showing a time the image lacks.
+ */
+static int wb_time_flush(const struct rr_fs *rfs, int to_set, const struct fuse_file_info *fi)
+{
+	return rfs->opts.writeback && fi && (to_set & FUSE_SET_ATTR_MTIME) &&
+	       !(to_set & ~(FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_CTIME));
 }
 
 /*
@@ -191,22 +236,16 @@ static void rr_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
  * array, UTIME_OMIT included), but "now" for both (utimes(NULL),
  * ATTR_TOUCH) is allowed.  FUSE does not pass those flags: a touch arrives
  * as ATIME_NOW with MTIME_NOW, or with MTIME of the kernel's own clock under
- * the writeback cache; that cache's flush of mtime and ctime after appends
- * is MTIME without ATIME, on an open file (explicit utimes never names one).
- * Under the writeback cache, (UTIME_NOW, t) therefore passes as a touch.
+ * the writeback cache, where (UTIME_NOW, t) therefore passes as a touch.
  */
 static int append_only_denies(const struct rr_fs *rfs, int to_set, const struct fuse_file_info *fi)
 {
-	int wb = rfs->opts.writeback;
-
 	if (to_set & (FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID))
 		return 1;
-	if (!(to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME)))
+	if (!(to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME)) || wb_time_flush(rfs, to_set, fi))
 		return 0;
-	if ((to_set & FUSE_SET_ATTR_ATIME_NOW) &&
-	    ((to_set & FUSE_SET_ATTR_MTIME_NOW) || (wb && (to_set & FUSE_SET_ATTR_MTIME))))
-		return 0;
-	return !(wb && fi && !(to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME_NOW)));
+	return !((to_set & FUSE_SET_ATTR_ATIME_NOW) &&
+		 ((to_set & FUSE_SET_ATTR_MTIME_NOW) || (rfs->opts.writeback && (to_set & FUSE_SET_ATTR_MTIME))));
 }
 
 static void rr_setattr(fuse_req_t req, fuse_ino_t fino, struct stat *attr, int to_set,
@@ -225,7 +264,8 @@ static void rr_setattr(fuse_req_t req, fuse_ino_t fino, struct stat *attr, int t
 	}
 	/* As may_setattr(): an immutable inode changes nothing. */
 	guard = rr_iguard(rfs, e2ino(fino));
-	if ((guard & EXT2_IMMUTABLE_FL) || ((guard & EXT2_APPEND_FL) && append_only_denies(rfs, to_set, fi))) {
+	if (((guard & EXT2_IMMUTABLE_FL) && !wb_time_flush(rfs, to_set, fi)) ||
+	    ((guard & EXT2_APPEND_FL) && append_only_denies(rfs, to_set, fi))) {
 		fuse_reply_err(req, EPERM);
 		return;
 	}
@@ -394,14 +434,6 @@ static void rr_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		fuse_reply_err(req, -dir_rename(rr_fs_of(req), e2ino(parent), name, e2ino(newparent),
 						newname, flags));
 }
-
-/*
- * A file handle remembers whether its opener may use the root-reserved
- * blocks: writeback WRITE requests come from the kernel's flusher with no
- * caller credentials of their own.
- */
-#define RR_FH_PRIVILEGED 1
-#define RR_FH_WRITER 2		/* counted in ri->nwriters */
 
 static int fh_privileged(const struct fuse_file_info *fi)
 {

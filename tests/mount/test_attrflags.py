@@ -242,3 +242,35 @@ def test_immutable_times(fs):
     eperm(os.utime, p, (1, 1))
     eperm(utimensat, p, (0, UTIME_NOW), (0, UTIME_NOW))
     assert chattr("-i", p).returncode == 0
+
+
+@pytest.mark.parametrize("opts", ["", pytest.param("no_writeback_cache", marks=pytest.mark.opts(
+    "no_writeback_cache"))])
+def test_immutable_after_open(fs, opts):
+    # fstests generic/553: a descriptor opened for writing before chattr +i
+    # can no longer change the file (ext4: generic_write_checks and
+    # friends), whatever the call; what was written before stays.  (Reads
+    # through it fail too under the writeback cache: see rr_getattr.)
+    src, dst = fs.path("src"), fs.path("dst")
+    with open(src, "wb") as f:
+        f.write(b"s" * 8192)
+    fd = os.open(dst, os.O_RDWR | os.O_CREAT, 0o644)
+    s = os.open(src, os.O_RDONLY)
+    try:
+        os.write(fd, b"before\n")
+        assert chattr("+i", dst).returncode == 0
+        eperm(os.copy_file_range, s, fd, 4096, 0, 0)
+        eperm(os.pwrite, fd, b"after", 0)
+        os.fstat(fd)                # fresh attributes open no way around it
+        eperm(os.pwrite, fd, b"after", 100)
+        eperm(fallocate, fd, 0, 0, 65536)
+        eperm(os.ftruncate, fd, 0)
+    finally:
+        os.close(s)
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    assert chattr("-i", dst).returncode == 0
+    with open(dst, "rb") as f:
+        assert f.read() == b"before\n"
