@@ -185,6 +185,8 @@ int main(int argc, char *argv[])
 
 	/* Messages for libext2fs's error codes. */
 	initialize_ext2_error_table();
+	/* The allocator's messages go where rrfuse's own go: syslog once in the background. */
+	rr_alloc_set_log(rr_vlog);
 	rr_alloc_tunables_default(&c.alloc);
 	if (fuse_opt_parse(&args, &c, opt_spec, opt_proc) == -1)
 		return 1;
