@@ -788,8 +788,12 @@ static int caller_in_group(fuse_req_t req, gid_t gid)
 
 	n = in ? 0 : fuse_req_getgroups(req, 32, small);
 	if (n > 32) {
-		list = malloc((size_t)n * sizeof(*list));
-		n = list ? fuse_req_getgroups(req, n, list) : 0;
+		int cap = n;
+
+		list = malloc((size_t)cap * sizeof(*list));
+		n = list ? fuse_req_getgroups(req, cap, list) : 0;
+		if (n > cap)
+			n = cap;	/* it gained groups meanwhile: these will do */
 	}
 	for (i = 0; i < n && !in; i++)
 		in = list[i] == gid;
