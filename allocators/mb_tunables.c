@@ -7,6 +7,7 @@
  */
 #include "mballoc.h"
 #include "policy.h"
+#include "rrfuse/num.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -103,22 +104,6 @@ int rr_alloc_tunable_get(const struct rr_alloc_tunables *t, const char *name, ch
 	return 0;
 }
 
-/* Decimal (or 0x hex, as kstrtouint with base 0 takes) unsigned int, nothing else. */
-static int parse_u32(const char *s, unsigned int *out)
-{
-	unsigned long long v;
-	char *end;
-
-	if (!s || !*s || *s == '-' || *s == '+' || *s == ' ')
-		return -1;
-	errno = 0;
-	v = strtoull(s, &end, 0);
-	if (errno || *end || v > UINT_MAX)
-		return -1;
-	*out = (unsigned int)v;
-	return 0;
-}
-
 /* As the seed patch: below 8192 clamps to 8192, otherwise round up to a power of two. */
 static int prealloc_kb(unsigned int v, unsigned int *out)
 {
@@ -155,8 +140,8 @@ int rr_alloc_tunable_set(struct rr_alloc_tunables *t, const char *name, const ch
 		snprintf(t->policy, sizeof(t->policy), "%s", value);
 		return 0;
 	}
-	if (parse_u32(value, &v)) {
-		snprintf(err, errlen, "bad value for %s=: '%s' (an unsigned number below 2^32)", name,
+	if (rr_parse_u32(value, &v)) {
+		snprintf(err, errlen, "bad value for %s=: '%s' (an unsigned number below 2^32: decimal, 0x hex, 0 octal)", name,
 			 value ? value : "");
 		return -EINVAL;
 	}

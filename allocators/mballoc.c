@@ -74,6 +74,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
+#include <syslog.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -86,9 +87,36 @@
  */
 static _Thread_local int tl_nolock;
 
+static void log_stderr(int prio, const char *fmt, va_list ap)
+{
+	(void)prio;
+	fputs("rrfuse: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+}
+
+static rr_alloc_log_fn log_fn = log_stderr;
+
+rr_alloc_log_fn rr_alloc_set_log(rr_alloc_log_fn fn)
+{
+	rr_alloc_log_fn old = log_fn;
+
+	log_fn = fn ? fn : log_stderr;
+	return old;
+}
+
+static void __attribute__((format(printf, 2, 3))) mb_log(int prio, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	log_fn(prio, fmt, ap);
+	va_end(ap);
+}
+
 static void mb_fail(const char *what, uint32_t g)
 {
-	fprintf(stderr, "rrfuse: mballoc: %s (group %u)\n", what, g);
+	mb_log(LOG_CRIT, "mballoc: %s (group %u)", what, g);
 	abort();
 }
 
@@ -277,7 +305,7 @@ static int group_load_locked(struct rr_alloc *a, uint32_t g)
 							      (t1.tv_nsec - t0.tv_nsec)));
 	}
 	if (b->free != ext2fs_bg_free_blocks_count(a->fs, g))
-		fprintf(stderr, "rrfuse: mballoc: group %u: block bitmap (%u free) and descriptor (%u) disagree\n",
+		mb_log(LOG_WARNING, "mballoc: group %u: block bitmap (%u free) and descriptor (%u) disagree",
 			g, b->free, ext2fs_bg_free_blocks_count(a->fs, g));
 	atomic_store(&grp->block_uninit, !!ext2fs_bg_flags_test(a->fs, g, EXT2_BG_BLOCK_UNINIT));
 	grp->buddy = b;
@@ -382,14 +410,14 @@ static void group_verify(struct rr_alloc *a, uint32_t g)
 	if (mb_buddy_compare(&fresh, b)) {
 		for (i = 0; i < fresh.nblocks; i++)
 			if (mb_buddy_test(&fresh, i) != mb_buddy_test(b, i)) {
-				fprintf(stderr, "rrfuse: mballoc: block %llu: %s on disk, %s in the buddy\n",
+				mb_log(LOG_CRIT, "mballoc: block %llu: %s on disk, %s in the buddy",
 					(unsigned long long)(gfirst + i),
 					mb_buddy_test(&fresh, i) ? "used" : "free",
 					mb_buddy_test(b, i) ? "used" : "free");
 				break;
 			}
 		for (pa = grp->pas; pa; pa = pa->gnext)
-			fprintf(stderr, "rrfuse: mballoc: PA ino %u l %llu p %llu len %u free %u\n", pa->ino,
+			mb_log(LOG_CRIT, "mballoc: PA ino %u l %llu p %llu len %u free %u", pa->ino,
 				(unsigned long long)pa->lstart, (unsigned long long)pa->pstart, pa->len, pa->free);
 		mb_fail("buddy differs from bitmap + pending + preallocations", g);
 	}
@@ -1255,7 +1283,7 @@ void rr_alloc_unreserve(struct rr_alloc *a, uint64_t n)
 
 	do {
 		if (n > r) {
-			fprintf(stderr, "rrfuse: mballoc: giving back %llu reserved blocks of %llu\n",
+			mb_log(LOG_WARNING, "mballoc: giving back %llu reserved blocks of %llu",
 				(unsigned long long)n, (unsigned long long)r);
 			n = r;
 		}
@@ -1637,7 +1665,7 @@ static void free_freed(struct rr_alloc *a, uint32_t g, uint64_t blk, uint32_t n)
 	group_update(a, g);
 	pthread_mutex_unlock(&grp->lock);
 	if (twice)
-		fprintf(stderr, "rrfuse: mballoc: group %u: %u blocks freed that were free (corrupt filesystem?)\n",
+		mb_log(LOG_ERR, "mballoc: group %u: %u blocks freed that were free (corrupt filesystem?)",
 			g, twice);
 }
 
@@ -1967,9 +1995,21 @@ static void print_stats(struct rr_alloc *a)
 {
 	struct rrctl_stats st;
 
+	char *text = NULL, *line, *save = NULL;
+	size_t len = 0;
+	FILE *f;
+
 	memset(&st, 0, sizeof(st));
 	rr_alloc_stats(a, &st);
-	mb_format_stats(stderr, &st);
+	/* rrctl -s's text, a log line for each of its lines. */
+	f = open_memstream(&text, &len);
+	if (!f)
+		return;
+	mb_format_stats(f, &st);
+	if (fclose(f) == 0)
+		for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
+			mb_log(LOG_INFO, "%s", line);
+	free(text);
 }
 
 void rr_alloc_detach(struct rr_alloc *a)

@@ -201,7 +201,7 @@ static int set_size(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size, int t
 	rr_fs_lock(rfs);
 	ret = inode_load(rfs, ri->ino, &in);
 	if (!ret) {
-		ret = rr_err(ext2fs_inode_size_set(rfs->fs, (struct ext2_inode *)&in, size));
+		ret = rr_err_ino(ext2fs_inode_size_set(rfs->fs, (struct ext2_inode *)&in, size), ri->ino);
 		if (!ret) {
 			if (times)
 				inode_touch(&in, times);
@@ -874,7 +874,7 @@ int data_write_new_file(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_lar
 	if (!ret)
 		ret = emap_tree_map(rfs, ino, in, 0, ex.pblk, nblk, 0);
 	if (!ret)
-		ret = rr_err(ext2fs_inode_size_set(rfs->fs, (struct ext2_inode *)in, len));
+		ret = rr_err_ino(ext2fs_inode_size_set(rfs->fs, (struct ext2_inode *)in, len), ino);
 	if (!ret)
 		ret = inode_write(rfs, ino, in);
 	if (ret)

@@ -79,7 +79,7 @@ static int find(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t 
 	err = ext2fs_lookup(rfs->fs, dir, name, (int)strlen(name), NULL, ino);
 	if (err == EXT2_ET_FILE_NOT_FOUND)
 		return -ENOENT;
-	return rr_err(err);
+	return rr_err_ino(err, dir);
 }
 
 /* Remove name's entry from dir.  Caller holds the fs lock. */
@@ -93,7 +93,7 @@ static int remove_entry(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext
 		return htree_remove_in_block(rfs, dir, leaf, name);
 	if (ret && ret != -EAGAIN && ret != -ENOENT)
 		return ret;
-	return rr_err(ext2fs_unlink(rfs->fs, dir, name, ino, 0));
+	return rr_err_ino(ext2fs_unlink(rfs->fs, dir, name, ino, 0), dir);
 }
 
 /* Add an entry, growing the directory when it is full. */
@@ -103,7 +103,7 @@ static int add_entry(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_i
 	int ret;
 
 	if (err != EXT2_ET_DIR_NO_SPACE)
-		return rr_err(err);
+		return rr_err_ino(err, dir);
 	/* Outgrowing the first block: index it, as ext4 does. */
 	ret = htree_index_dir(rfs, dir, name, ino, ftype);
 	if (ret != -ENOSPC)
@@ -112,7 +112,7 @@ static int add_entry(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_i
 	err = ext2fs_expand_dir(rfs->fs, dir);
 	if (!err)
 		err = ext2fs_link(rfs->fs, dir, name, ino, ftype);
-	return rr_err(err);
+	return rr_err_ino(err, dir);
 }
 
 struct set_entry_ctx {
@@ -147,7 +147,7 @@ static int set_entry(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_i
 	errcode_t err = ext2fs_dir_iterate(rfs->fs, dir, DIRENT_FLAG_INCLUDE_EMPTY, NULL, set_entry_cb, &c);
 
 	if (err)
-		return rr_err(err);
+		return rr_err_ino(err, dir);
 	return c.found ? 0 : -EIO;
 }
 
@@ -172,7 +172,7 @@ static int dir_empty(struct rr_fs *rfs, ext2_ino_t dir)
 	errcode_t err = ext2fs_dir_iterate(rfs->fs, dir, 0, NULL, empty_cb, &empty);
 
 	if (err)
-		return rr_err(err);
+		return rr_err_ino(err, dir);
 	return empty ? 0 : -ENOTEMPTY;
 }
 
@@ -316,11 +316,11 @@ static int make_dir_block(struct rr_fs *rfs, ext2_ino_t dir, ext2_ino_t ino,
 
 	err = ext2fs_new_dir_block(fs, ino, dir, &block);
 	if (err)
-		return rr_err(err);
+		return rr_err_ino(err, ino);
 	req.goal = ext2fs_find_inode_goal(fs, ino, (struct ext2_inode *)in, 0);
 	ret = rr_alloc_blocks(rfs->alloc, &req, &ex);
 	if (!ret) {
-		ret = rr_err(ext2fs_write_dir_block4(fs, ex.pblk, block, 0, ino));
+		ret = rr_err_ino(ext2fs_write_dir_block4(fs, ex.pblk, block, 0, ino), ino);
 		if (!ret)
 			ret = emap_tree_map(rfs, ino, in, 0, ex.pblk, 1, 0);
 		if (ret)
@@ -435,7 +435,7 @@ int dir_symlink(struct rr_fs *rfs, ext2_ino_t dir, const char *name, const char 
 			if (ext2fs_has_feature_extents(rfs->fs->super)) {
 				ext2_extent_handle_t h;
 
-				ret = rr_err(ext2fs_extent_open2(rfs->fs, *ino, (struct ext2_inode *)in, &h));
+				ret = rr_err_ino(ext2fs_extent_open2(rfs->fs, *ino, (struct ext2_inode *)in, &h), *ino);
 				if (!ret)
 					ext2fs_extent_free(h);
 			}
@@ -750,7 +750,7 @@ int dir_list(struct rr_fs *rfs, ext2_ino_t dir, struct rr_dirlist *out)
 	rr_fs_unlock(rfs);
 	if (err) {
 		dir_list_free(out);
-		return rr_err(err);
+		return rr_err_ino(err, dir);
 	}
 	return 0;
 }

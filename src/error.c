@@ -30,11 +30,15 @@
 #define RR_ERR_EFSBADCRC	4
 #define RR_ERR_EFSCORRUPTED	5
 
+/* What the superblock's s_{first,last}_error_* fields say about one error. */
 struct err_record {
-	uint32_t time;
+	int64_t time;
 	ext2_ino_t ino;
 	uint64_t blk;
+	unsigned int line;
 	uint8_t code;
+	char func[32];			/* NUL-padded, not terminated when full (as ext4's) */
+	unsigned long seq;		/* which error this is, for rr_error_attribute() */
 };
 
 static struct {
@@ -42,6 +46,9 @@ static struct {
 	struct rr_fs *rfs;
 	int behaviour;
 	unsigned int pending;		/* errors not yet in the superblock */
+	int refined;			/* a record completed since the last commit */
+	int keep_first;			/* the image's first error predates this mount */
+	unsigned long seq;		/* errors met so far */
 	struct err_record first, last;
 	int have_first;
 	/* Data blocks already reported, so that a retrying reader does not flood the log. */
@@ -77,6 +84,7 @@ void rr_error_attach(struct rr_fs *rfs, int behaviour)
 
 	pthread_mutex_lock(&err.lock);
 	err.rfs = rfs;
+	err.keep_first = rfs->fs->super->s_error_count != 0;
 	/* The image's choice unless the mount says otherwise; unknown values mean continue. */
 	err.behaviour = behaviour ? behaviour :
 		(sb >= EXT2_ERRORS_CONTINUE && sb <= EXT2_ERRORS_PANIC ? sb : EXT2_ERRORS_CONTINUE);
@@ -125,22 +133,41 @@ static void panic_now(struct rr_fs *rfs)
 	_exit(EXIT_FAILURE);
 }
 
-void rr_fs_error(errcode_t e, ext2_ino_t ino, uint64_t blk)
+static void set_func(struct err_record *r, const char *func)
 {
-	struct err_record r = { .time = (uint32_t)time(NULL), .ino = ino, .blk = blk, .code = code_of(e) };
+	memset(r->func, 0, sizeof(r->func));
+	if (func)
+		memcpy(r->func, func, strnlen(func, sizeof(r->func)));
+}
+
+/*
+ * This thread's I/O error whose record still lacks the function that met
+ * it: the I/O layer runs on the thread of the libext2fs call that failed,
+ * and that call's caller sees the error next.
+ */
+static __thread unsigned long io_seq;
+
+static void fs_error(errcode_t e, ext2_ino_t ino, uint64_t blk, const char *func, unsigned int line,
+		     int from_io)
+{
+	struct err_record r = { .time = time(NULL), .ino = ino, .blk = blk, .line = line, .code = code_of(e) };
 	struct rr_fs *rfs;
 	int behaviour, first;
 
+	set_func(&r, func);
 	pthread_mutex_lock(&err.lock);
 	rfs = err.rfs;
 	behaviour = err.behaviour;
 	if (rfs) {
+		r.seq = ++err.seq;
 		if (!err.have_first) {
 			err.first = r;
 			err.have_first = 1;
 		}
 		err.last = r;
 		err.pending++;
+		if (from_io)
+			io_seq = r.seq;
 	}
 	first = err.pending == 1;
 	pthread_mutex_unlock(&err.lock);
@@ -152,6 +179,38 @@ void rr_fs_error(errcode_t e, ext2_ino_t ino, uint64_t blk)
 		rr_log(LOG_CRIT, "errors=remount-ro: filesystem error; remounting read-only");
 	else if (first && behaviour == EXT2_ERRORS_CONTINUE)
 		rr_log(LOG_WARNING, "filesystem error recorded in the superblock; run e2fsck after unmounting");
+}
+
+void rr_fs_error_at(errcode_t e, ext2_ino_t ino, uint64_t blk, const char *func, unsigned int line)
+{
+	fs_error(e, ino, blk, func, line, 0);
+}
+
+void rr_fs_io_error(errcode_t e, uint64_t blk)
+{
+	fs_error(e, 0, blk, NULL, 0, 1);
+}
+
+void rr_error_attribute(ext2_ino_t ino, const char *func, unsigned int line)
+{
+	struct err_record *rs[2] = { &err.first, &err.last };
+	unsigned long seq = io_seq;
+	size_t i;
+
+	if (!seq)
+		return;
+	io_seq = 0;
+	pthread_mutex_lock(&err.lock);
+	for (i = 0; i < 2; i++) {
+		if (rs[i]->seq != seq || rs[i]->func[0])
+			continue;
+		set_func(rs[i], func);
+		rs[i]->line = line;
+		if (!rs[i]->ino)
+			rs[i]->ino = ino;
+		err.refined = 1;
+	}
+	pthread_mutex_unlock(&err.lock);
 }
 
 void rr_data_io_error(int write, uint64_t blk, int e)
@@ -171,14 +230,14 @@ void rr_data_io_error(int write, uint64_t blk, int e)
 }
 
 static void put_record(const struct err_record *r, __u32 *time, __u8 *time_hi, __u32 *ino, __u64 *blk,
-		       __u8 *func, __u8 *code)
+		       __u8 *func, __u32 *line, __u8 *code)
 {
-	*time = r->time;
-	*time_hi = 0;
+	*time = (__u32)r->time;
+	*time_hi = (__u8)(r->time >> 32);
 	*ino = r->ino;
 	*blk = r->blk;
-	memset(func, 0, 32);
-	strncpy((char *)func, "rrfuse", 32);
+	memcpy(func, r->func, sizeof(r->func));
+	*line = r->line;
 	*code = r->code;
 }
 
@@ -187,27 +246,30 @@ void rr_error_commit(struct rr_fs *rfs)
 	struct ext2_super_block *sb = rfs->fs->super;
 	struct err_record first, last;
 	unsigned int n;
-	int have_first;
+	int have_first, keep_first, refined;
 
 	pthread_mutex_lock(&err.lock);
 	n = err.pending;
 	err.pending = 0;
+	refined = err.refined;
+	err.refined = 0;
 	first = err.first;
 	last = err.last;
 	have_first = err.have_first;
+	keep_first = err.keep_first;
 	pthread_mutex_unlock(&err.lock);
-	if (!n)
+	if (!n && !refined)
 		return;
 	sb->s_state |= EXT2_ERROR_FS;
 	rfs->orig_state |= EXT2_ERROR_FS;	/* and it stays after unmount, for e2fsck */
-	if (!sb->s_error_count && have_first) {
+	/* Rewritten while it is this mount's: its caller may have named itself since. */
+	if (have_first && !keep_first)
 		put_record(&first, &sb->s_first_error_time, &sb->s_first_error_time_hi, &sb->s_first_error_ino,
-			   &sb->s_first_error_block, sb->s_first_error_func, &sb->s_first_error_errcode);
-		sb->s_first_error_line = 0;
-	}
+			   &sb->s_first_error_block, sb->s_first_error_func, &sb->s_first_error_line,
+			   &sb->s_first_error_errcode);
 	put_record(&last, &sb->s_last_error_time, &sb->s_last_error_time_hi, &sb->s_last_error_ino,
-		   &sb->s_last_error_block, sb->s_last_error_func, &sb->s_last_error_errcode);
-	sb->s_last_error_line = 0;
+		   &sb->s_last_error_block, sb->s_last_error_func, &sb->s_last_error_line,
+		   &sb->s_last_error_errcode);
 	sb->s_error_count += n;
 	ext2fs_mark_super_dirty(rfs->fs);
 }

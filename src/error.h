@@ -23,9 +23,20 @@ void rr_error_detach(void);
 
 /*
  * A structure found corrupt (err: a libext2fs code), or metadata I/O that
- * failed (err: an errno).  ino and blk: what it concerns, 0 if unknown.
+ * failed (err: an errno).  ino and blk: what it concerns, 0 if unknown;
+ * func and line: where it was found, for the superblock's error record.
  */
-void rr_fs_error(errcode_t err, ext2_ino_t ino, uint64_t blk);
+void rr_fs_error_at(errcode_t err, ext2_ino_t ino, uint64_t blk, const char *func, unsigned int line);
+#define rr_fs_error(err, ino, blk) rr_fs_error_at((err), (ino), (blk), __func__, __LINE__)
+
+/*
+ * Metadata I/O that failed, met in the I/O layer under some libext2fs call
+ * whose caller is not known there: recorded at once, and the caller's
+ * rr_err_at() on the same thread names itself in the record
+ * (rr_error_attribute).
+ */
+void rr_fs_io_error(errcode_t err, uint64_t blk);
+void rr_error_attribute(ext2_ino_t ino, const char *func, unsigned int line);
 
 /* Data I/O that failed: logged once per block, not a filesystem error (as ext4). */
 void rr_data_io_error(int write, uint64_t blk, int err);

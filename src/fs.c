@@ -52,13 +52,15 @@ void rr_fs_dirty(struct rr_fs *rfs)
 	rfs->dirty = 1;
 }
 
-int rr_err(errcode_t err)
+int rr_err_at(errcode_t err, ext2_ino_t ino, const char *func, unsigned int line)
 {
 	if (!err)
 		return 0;
-	/* The io manager and libc return plain errnos. */
-	if (err > 0 && err < 4096)
+	/* The io manager and libc return plain errnos; an I/O error was recorded below us. */
+	if (err > 0 && err < 4096) {
+		rr_error_attribute(ino, func, line);
 		return -(int)err;
+	}
 	switch (err) {
 	case EXT2_ET_NO_MEMORY:
 		return -ENOMEM;
@@ -92,8 +94,11 @@ int rr_err(errcode_t err)
 		return -EINVAL;
 	default:
 		/* Corruption, checksum failures, bad block numbers: EIO, logged, errors= applies. */
-		rr_log(LOG_ERR, "filesystem error: %s", error_message(err));
-		rr_fs_error(err, 0, 0);
+		if (ino)
+			rr_log(LOG_ERR, "filesystem error in %s, inode %u: %s", func, ino, error_message(err));
+		else
+			rr_log(LOG_ERR, "filesystem error in %s: %s", func, error_message(err));
+		rr_fs_error_at(err, ino, 0, func, line);
 		return -EIO;
 	}
 }
@@ -516,7 +521,7 @@ static int want_readonly_cleanup(const char *device, const char *unwritable, ext
 static errcode_t metadata_io_error(unsigned long block, errcode_t error, const char *what)
 {
 	rr_log(LOG_ERR, "I/O error %s metadata block %lu: %s", what, block, error_message(error));
-	rr_fs_error(error, 0, block);
+	rr_fs_io_error(error, block);
 	return error;
 }
 

@@ -104,7 +104,7 @@ int htree_index_dir(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_in
 	if (!ext2fs_has_feature_dir_index(fs->super) || (in.i_flags & (EXT2_INDEX_FL | EXT4_INLINE_DATA_FL)) ||
 	    EXT2_I_SIZE(&in) != fs->blocksize)
 		return -ENOSPC;	/* not ours to index: the caller grows it linearly */
-	ret = rr_err(ext2fs_bmap2(fs, dir, (struct ext2_inode *)&in, NULL, 0, 0, NULL, &pblk0));
+	ret = rr_err_ino(ext2fs_bmap2(fs, dir, (struct ext2_inode *)&in, NULL, 0, 0, NULL, &pblk0), dir);
 	if (!ret && !pblk0)
 		ret = -EIO;
 	root = malloc(fs->blocksize);
@@ -114,7 +114,7 @@ int htree_index_dir(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_in
 	if (!ret && (!root || !leaf || !v))
 		ret = -ENOMEM;
 	if (!ret)
-		ret = rr_err(ext2fs_read_dir_block4(fs, pblk0, root, 0, dir));
+		ret = rr_err_ino(ext2fs_read_dir_block4(fs, pblk0, root, 0, dir), dir);
 	if (ret)
 		goto out;
 
@@ -142,8 +142,8 @@ int htree_index_dir(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_in
 			goto out;
 		}
 		v[n].de = de;
-		ret = rr_err(ext2fs_dirhash2(hv, de->name, nlen, NULL, 0, fs->super->s_hash_seed,
-					     &v[n].hash, &v[n].minor));
+		ret = rr_err_ino(ext2fs_dirhash2(hv, de->name, nlen, NULL, 0, fs->super->s_hash_seed,
+					     &v[n].hash, &v[n].minor), dir);
 		if (ret)
 			goto out;
 		n++;
@@ -159,8 +159,8 @@ int htree_index_dir(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_in
 	ext2fs_dirent_set_file_type(&newde.de, ftype);
 	memcpy(newde.de.name, name, strlen(name));
 	v[n].de = &newde.de;
-	ret = rr_err(ext2fs_dirhash2(hv, name, (int)strlen(name), NULL, 0, fs->super->s_hash_seed,
-				     &v[n].hash, &v[n].minor));
+	ret = rr_err_ino(ext2fs_dirhash2(hv, name, (int)strlen(name), NULL, 0, fs->super->s_hash_seed,
+				     &v[n].hash, &v[n].minor), dir);
 	if (ret)
 		goto out;
 	n++;
@@ -183,11 +183,11 @@ int htree_index_dir(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_in
 		goto out;
 	ret = fill_leaf(fs, leaf, v, mid);
 	if (!ret)
-		ret = rr_err(ext2fs_write_dir_block4(fs, ex1.pblk, leaf, 0, dir));
+		ret = rr_err_ino(ext2fs_write_dir_block4(fs, ex1.pblk, leaf, 0, dir), dir);
 	if (!ret)
 		ret = fill_leaf(fs, leaf, v + mid, n - mid);
 	if (!ret)
-		ret = rr_err(ext2fs_write_dir_block4(fs, ex2.pblk, leaf, 0, dir));
+		ret = rr_err_ino(ext2fs_write_dir_block4(fs, ex2.pblk, leaf, 0, dir), dir);
 	if (!ret)
 		ret = emap_tree_map(rfs, dir, &in, 1, ex1.pblk, 1, 0);
 	if (!ret)
@@ -220,11 +220,11 @@ int htree_index_dir(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_in
 	ent[0].block = ext2fs_cpu_to_le32(1);
 	ent[1].hash = ext2fs_cpu_to_le32(split);
 	ent[1].block = ext2fs_cpu_to_le32(2);
-	ret = rr_err(ext2fs_write_dir_block4(fs, pblk0, root, 0, dir));
+	ret = rr_err_ino(ext2fs_write_dir_block4(fs, pblk0, root, 0, dir), dir);
 	if (ret)
 		goto out;
 	in.i_flags |= EXT2_INDEX_FL;
-	ret = rr_err(ext2fs_inode_size_set(fs, (struct ext2_inode *)&in, 3ULL * fs->blocksize));
+	ret = rr_err_ino(ext2fs_inode_size_set(fs, (struct ext2_inode *)&in, 3ULL * fs->blocksize), dir);
 	if (!ret)
 		ret = inode_write(rfs, dir, &in);
 out:
@@ -246,15 +246,15 @@ out:
 static int read_lblk(ext2_filsys fs, ext2_ino_t dir, struct ext2_inode_large *in, blk64_t lblk,
 		     char *buf, blk64_t *pblk, int verify)
 {
-	int ret = rr_err(ext2fs_bmap2(fs, dir, (struct ext2_inode *)in, NULL, 0, lblk, NULL, pblk));
+	int ret = rr_err_ino(ext2fs_bmap2(fs, dir, (struct ext2_inode *)in, NULL, 0, lblk, NULL, pblk), dir);
 
 	if (ret)
 		return ret;
 	if (!*pblk)
 		return -EIO;
 	if (verify)
-		return rr_err(ext2fs_read_dir_block4(fs, *pblk, buf, 0, dir));
-	return rr_err(io_channel_read_blk64(fs->io, *pblk, 1, buf));
+		return rr_err_ino(ext2fs_read_dir_block4(fs, *pblk, buf, 0, dir), dir);
+	return rr_err_ino(io_channel_read_blk64(fs->io, *pblk, 1, buf), dir);
 }
 
 /* Scan one leaf for name; 1 found, 0 not, <0 error. */
@@ -324,7 +324,7 @@ int htree_find(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t *
 	hv = info->hash_version;
 	if (hv <= EXT2_HASH_TEA && (fs->super->s_flags & EXT2_FLAGS_UNSIGNED_HASH))
 		hv += 3;
-	ret = rr_err(ext2fs_dirhash2(hv, name, (int)len, NULL, 0, fs->super->s_hash_seed, &hash, &minor));
+	ret = rr_err_ino(ext2fs_dirhash2(hv, name, (int)len, NULL, 0, fs->super->s_hash_seed, &hash, &minor), dir);
 	if (ret)
 		goto out;
 	cl = (struct ext2_dx_countlimit *)(node + 24 + info->info_length);
@@ -412,7 +412,7 @@ int htree_remove_in_block(struct rr_fs *rfs, ext2_ino_t dir, blk64_t pblk, const
 
 	if (!buf)
 		return -ENOMEM;
-	ret = rr_err(ext2fs_read_dir_block4(fs, pblk, buf, 0, dir));
+	ret = rr_err_ino(ext2fs_read_dir_block4(fs, pblk, buf, 0, dir), dir);
 	for (off = 0; !ret && off + 8 <= fs->blocksize; off += rec) {
 		struct ext2_dir_entry *de = (struct ext2_dir_entry *)(buf + off);
 
@@ -426,12 +426,12 @@ int htree_remove_in_block(struct rr_fs *rfs, ext2_ino_t dir, blk64_t pblk, const
 		}
 		if (de->inode && (size_t)ext2fs_dirent_name_len(de) == len && !memcmp(de->name, name, len)) {
 			if (prev && !ext2fs_get_rec_len(fs, prev, &prec)) {
-				ret = rr_err(ext2fs_set_rec_len(fs, prec + rec, prev));
+				ret = rr_err_ino(ext2fs_set_rec_len(fs, prec + rec, prev), dir);
 			} else {
 				de->inode = 0;
 			}
 			if (!ret)
-				ret = rr_err(ext2fs_write_dir_block4(fs, pblk, buf, 0, dir));
+				ret = rr_err_ino(ext2fs_write_dir_block4(fs, pblk, buf, 0, dir), dir);
 			free(buf);
 			return ret;
 		}

@@ -290,7 +290,7 @@ void rr_itab_destroy(struct rr_fs *rfs)
 /* Caller holds the fs lock. */
 int inode_load(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in)
 {
-	return rr_err(ext2fs_read_inode_full(rfs->fs, ino, (struct ext2_inode *)in, sizeof(*in)));
+	return rr_err_ino(ext2fs_read_inode_full(rfs->fs, ino, (struct ext2_inode *)in, sizeof(*in)), ino);
 }
 
 int inode_read(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in)
@@ -306,7 +306,7 @@ int inode_read(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in)
 /* Caller holds the fs lock. */
 int inode_write(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in)
 {
-	return rr_err(ext2fs_write_inode_full(rfs->fs, ino, (struct ext2_inode *)in, sizeof(*in)));
+	return rr_err_ino(ext2fs_write_inode_full(rfs->fs, ino, (struct ext2_inode *)in, sizeof(*in)), ino);
 }
 
 /* Does the large inode's extra space hold the field ending at byte end? */
@@ -440,6 +440,26 @@ void inode_stat(struct rr_fs *rfs, ext2_ino_t ino, const struct ext2_inode_large
 }
 
 /*
+ * The whole on-disk inode: in, then zeros over what a freed inode may have
+ * left (in-inode xattrs).  Not ext2fs_write_new_inode(): it copies only the
+ * 128-byte base inode, so the nanoseconds, crtime and i_extra_isize set here
+ * would be lost.
+ */
+static errcode_t write_fresh_inode(ext2_filsys fs, ext2_ino_t ino, const struct ext2_inode_large *in)
+{
+	size_t size = EXT2_INODE_SIZE(fs->super);
+	errcode_t err;
+	char *buf = calloc(1, size);
+
+	if (!buf)
+		return EXT2_ET_NO_MEMORY;
+	memcpy(buf, in, size < sizeof(*in) ? size : sizeof(*in));
+	err = ext2fs_write_inode_full(fs, ino, (struct ext2_inode *)buf, (int)size);
+	free(buf);
+	return err;
+}
+
+/*
  * Allocate and initialise a new inode (not yet linked anywhere).  Caller
  * holds the fs lock.  Regular files and directories get an empty extent
  * tree when the filesystem has extents.
@@ -501,12 +521,12 @@ int inode_new(struct rr_fs *rfs, ext2_ino_t dir, mode_t mode, uid_t uid, gid_t g
 		/* An empty extent header in i_block, as the kernel makes. */
 		err = ext2fs_extent_open2(fs, ino, (struct ext2_inode *)in, &h);
 		if (err)
-			return rr_err(err);
+			return rr_err_ino(err, ino);
 		ext2fs_extent_free(h);
 	}
-	err = ext2fs_write_new_inode(fs, ino, (struct ext2_inode *)in);
+	err = write_fresh_inode(fs, ino, in);
 	if (err)
-		return rr_err(err);
+		return rr_err_ino(err, ino);
 	ext2fs_inode_alloc_stats2(fs, ino, +1, isdir);
 	*ino_out = ino;
 	return 0;
@@ -541,7 +561,7 @@ int inode_free_locked(struct rr_fs *rfs, ext2_ino_t ino)
 	 * do.  Not i_dtime: on an orphan it is the next-orphan link.
 	 */
 	if (err || in.i_links_count || !in.i_mode || !ext2fs_test_inode_bitmap2(fs->inode_map, ino))
-		return rr_err(err);
+		return rr_err_ino(err, ino);
 	rr_alloc_discard_inode(rfs->alloc, ino);
 	/* Blocks first, while the inode is still listed: a crash resumes the delete. */
 	ret = emap_tree_punch(rfs, ino, &in, 0, ~0ULL);

@@ -14,11 +14,8 @@ void rr_log_to_syslog(int on)
 		openlog("rrfuse", LOG_PID, LOG_DAEMON);
 }
 
-void rr_log(int prio, const char *fmt, ...)
+void rr_vlog(int prio, const char *fmt, va_list ap)
 {
-	va_list ap;
-
-	va_start(ap, fmt);
 	if (use_syslog) {
 		vsyslog(prio, fmt, ap);
 	} else {
@@ -26,6 +23,14 @@ void rr_log(int prio, const char *fmt, ...)
 		vfprintf(stderr, fmt, ap);
 		fputc('\n', stderr);
 	}
+}
+
+void rr_log(int prio, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	rr_vlog(prio, fmt, ap);
 	va_end(ap);
 }
 

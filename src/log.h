@@ -2,6 +2,7 @@
 #ifndef RRFUSE_LOG_H
 #define RRFUSE_LOG_H
 
+#include <stdarg.h>
 #include <stdint.h>
 #include <syslog.h>
 #include <time.h>
@@ -9,6 +10,7 @@
 /* Log to stderr in the foreground, to syslog once daemonized. */
 void rr_log_to_syslog(int on);
 void rr_log(int prio, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void rr_vlog(int prio, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 
 /*
  * Progress of a long operation rrfuse performs itself (orphan cleanup at

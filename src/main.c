@@ -15,6 +15,7 @@
 #include "io.h"
 #include "mountinfo.h"
 #include "utab.h"
+#include "rrfuse/num.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -182,21 +183,6 @@ static void usage(const char *prog)
 	fuse_lowlevel_help();
 }
 
-static int parse_uint(const char *s, unsigned int max, unsigned int *out)
-{
-	char *end;
-	unsigned long v;
-
-	if (!s || !*s || *s == '-')
-		return -1;
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (errno || *end || v > max)
-		return -1;
-	*out = (unsigned int)v;
-	return 0;
-}
-
 int main(int argc, char *argv[])
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -214,6 +200,8 @@ int main(int argc, char *argv[])
 		return rr_client_unmount(argc, argv);
 	/* Messages for libext2fs's error codes. */
 	initialize_ext2_error_table();
+	/* The allocator's messages go where rrfuse's own go: syslog once in the background. */
+	rr_alloc_set_log(rr_vlog);
 	rr_alloc_tunables_default(&c.alloc);
 	if (fuse_opt_parse(&args, &c, opt_spec, opt_proc) == -1)
 		return 1;
@@ -245,8 +233,9 @@ int main(int argc, char *argv[])
 	}
 	if (fuse_parse_cmdline(&args, &fo) != 0 || !fo.mountpoint)
 		goto out;
-	if (c.commit && parse_uint(c.commit, 86400, &opts.commit_secs)) {
-		fprintf(stderr, "rrfuse: bad value for commit=: '%s' (seconds, 0..86400)\n", c.commit);
+	if (c.commit && (rr_parse_u32(c.commit, &opts.commit_secs) || opts.commit_secs > 86400)) {
+		fprintf(stderr, "rrfuse: bad value for commit=: '%s' (seconds, 0..86400: decimal, 0x hex, 0 octal)\n",
+			c.commit);
 		goto out;
 	}
 	if (c.errors && (opts.errors = rr_errors_parse(c.errors)) < 0) {

@@ -7,6 +7,7 @@
  * ext4's root (2); ext4's inode 1 (bad blocks) is never exposed.
  */
 #include "ops.h"
+#include "acl.h"
 #include "ctl.h"
 #include "dir.h"
 #include "trim.h"
@@ -23,10 +24,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 /* rrfuse is the only writer of the image: the kernel may cache for long. */
 #define RR_TIMEOUT 1.0
+
+/*
+ * A file handle remembers whether its opener may use the root-reserved
+ * blocks: writeback WRITE requests come from the kernel's flusher with no
+ * caller credentials of their own.
+ */
+#define RR_FH_PRIVILEGED 1
+#define RR_FH_WRITER 2		/* counted in ri->nwriters */
+#define RR_FH_DIRECT 4		/* opened O_DIRECT (matters without the writeback cache) */
 
 static struct rr_fs *rr_fs_of(fuse_req_t req)
 {
@@ -74,6 +85,17 @@ static int is_root(fuse_req_t req)
 	       (sb->s_def_resgid && ctx->gid == sb->s_def_resgid);
 }
 
+/*
+ * How long the kernel may keep an inode's attributes.  Not at all for an
+ * immutable one: under the writeback cache a write() reaches rrfuse only
+ * as a GETATTR on the open file when the attributes are stale (rr_getattr
+ * refuses it), so cached ones would let writes into the page cache.
+ */
+static double attr_timeout(const struct ext2_inode_large *in)
+{
+	return in->i_flags & EXT2_IMMUTABLE_FL ? 0 : RR_TIMEOUT;
+}
+
 static void fill_entry(struct rr_fs *rfs, ext2_ino_t ino, const struct ext2_inode_large *in,
 		       struct fuse_entry_param *e)
 {
@@ -81,7 +103,7 @@ static void fill_entry(struct rr_fs *rfs, ext2_ino_t ino, const struct ext2_inod
 	e->ino = fuseino(ino);
 	e->generation = in->i_generation;
 	inode_stat(rfs, ino, in, &e->attr);
-	e->attr_timeout = RR_TIMEOUT;
+	e->attr_timeout = attr_timeout(in);
 	e->entry_timeout = RR_TIMEOUT;
 }
 
@@ -199,7 +221,7 @@ static void reply_attr(fuse_req_t req, ext2_ino_t ino, const struct ext2_inode_l
 	struct stat st;
 
 	inode_stat(rr_fs_of(req), ino, in, &st);
-	fuse_reply_attr(req, &st, RR_TIMEOUT);
+	fuse_reply_attr(req, &st, attr_timeout(in));
 }
 
 static void rr_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -208,8 +230,8 @@ static void rr_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct ext2_inode_large in;
 	int ret;
 
-	/* With the open file: a write() asking (see rr_inode.lost_enospc), once. */
-	if (fi && rfs->wbcache) {
+	/* With a writer's open file: a write() asking (see rr_inode.lost_enospc), once. */
+	if (fi && rfs->wbcache && (fi->fh & RR_FH_WRITER)) {
 		struct rr_inode *ri = rr_ipin(rfs, e2ino(ino));
 		int lost = ri && atomic_exchange(&ri->lost_enospc, 0);
 
@@ -221,10 +243,55 @@ static void rr_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		}
 	}
 	ret = inode_read(rfs, e2ino(ino), &in);
+	/*
+	 * A GETATTR naming an open file comes from write(), copy_file_range(),
+	 * or a read or lseek past EOF, never from stat: the writeback cache's
+	 * write() fails with its error, where its data would otherwise wait in
+	 * the page cache for a WRITE that rr_write() refuses.  That is how a
+	 * file made immutable after it was opened for writing refuses writes
+	 * (ext4: generic_write_checks), at the price of EPERM for reads on
+	 * such a descriptor (with auto_inval_data the kernel revalidates
+	 * before reading).  Without the writeback cache WRITE comes at once
+	 * and is refused there.
+	 */
+	if (!ret && fi && rfs->opts.writeback && LINUX_S_ISREG(in.i_mode) &&
+	    (fi->fh & RR_FH_WRITER) && (in.i_flags & EXT2_IMMUTABLE_FL))
+		ret = -EPERM;
 	if (ret)
 		fuse_reply_err(req, -ret);
 	else
 		reply_attr(req, e2ino(ino), &in);
+}
+
+/*
+ * The writeback cache's flush of the mtime and ctime it keeps for a regular
+ * file (after writes, and after calls it failed only once it had touched
+ * them): MTIME without ATIME and without MTIME_NOW, on an open file, which
+ * explicit utimes never names.  Refusing it on an append-only or immutable
+ * file would fail fsync() and leave stat showing a time the image lacks.
+ */
+static int wb_time_flush(const struct rr_fs *rfs, int to_set, const struct fuse_file_info *fi)
+{
+	return rfs->opts.writeback && fi && (to_set & FUSE_SET_ATTR_MTIME) &&
+	       !(to_set & ~(FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_CTIME));
+}
+
+/*
+ * The kernel's may_setattr() on an append-only inode: no new size, mode or
+ * owner, and no times given explicitly (ATTR_TIMES_SET: utimes with a times
+ * array, UTIME_OMIT included), but "now" for both (utimes(NULL),
+ * ATTR_TOUCH) is allowed.  FUSE does not pass those flags: a touch arrives
+ * as ATIME_NOW with MTIME_NOW, or with MTIME of the kernel's own clock under
+ * the writeback cache, where (UTIME_NOW, t) therefore passes as a touch.
+ */
+static int append_only_denies(const struct rr_fs *rfs, int to_set, const struct fuse_file_info *fi)
+{
+	if (to_set & (FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID))
+		return 1;
+	if (!(to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME)) || wb_time_flush(rfs, to_set, fi))
+		return 0;
+	return !((to_set & FUSE_SET_ATTR_ATIME_NOW) &&
+		 ((to_set & FUSE_SET_ATTR_MTIME_NOW) || (rfs->opts.writeback && (to_set & FUSE_SET_ATTR_MTIME))));
 }
 
 static void rr_setattr(fuse_req_t req, fuse_ino_t fino, struct stat *attr, int to_set,
@@ -237,20 +304,14 @@ static void rr_setattr(fuse_req_t req, fuse_ino_t fino, struct stat *attr, int t
 	unsigned int guard;
 	int ret = 0;
 
-	(void)fi;
 	if (rfs->ro) {
 		fuse_reply_err(req, EROFS);
 		return;
 	}
-	/*
-	 * As notify_change(): an immutable inode changes nothing, an
-	 * append-only one keeps its size, mode and owner.  Its mtime and ctime
-	 * may move: the writeback cache flushes them after appends.
-	 */
+	/* As may_setattr(): an immutable inode changes nothing. */
 	guard = rr_iguard(rfs, e2ino(fino));
-	if ((guard & EXT2_IMMUTABLE_FL) ||
-	    ((guard & EXT2_APPEND_FL) && (to_set & (FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_MODE |
-						    FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)))) {
+	if (((guard & EXT2_IMMUTABLE_FL) && !wb_time_flush(rfs, to_set, fi)) ||
+	    ((guard & EXT2_APPEND_FL) && append_only_denies(rfs, to_set, fi))) {
 		fuse_reply_err(req, EPERM);
 		return;
 	}
@@ -419,15 +480,6 @@ static void rr_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		fuse_reply_err(req, -dir_rename(rr_fs_of(req), e2ino(parent), name, e2ino(newparent),
 						newname, flags));
 }
-
-/*
- * A file handle remembers whether its opener may use the root-reserved
- * blocks: writeback WRITE requests come from the kernel's flusher with no
- * caller credentials of their own.
- */
-#define RR_FH_PRIVILEGED 1
-#define RR_FH_WRITER 2		/* counted in ri->nwriters */
-#define RR_FH_DIRECT 4		/* opened O_DIRECT (matters without the writeback cache) */
 
 static int fh_privileged(const struct fuse_file_info *fi)
 {
@@ -794,15 +846,59 @@ static void rr_statfs(fuse_req_t req, fuse_ino_t ino)
 	fuse_reply_statfs(req, &st);
 }
 
+/* in_group_p(): the caller's filesystem gid or one of its supplementary groups. */
+static int caller_in_group(fuse_req_t req, gid_t gid)
+{
+	gid_t small[32], *list = small;
+	int n, i, in = fuse_req_ctx(req)->gid == gid;
+
+	n = in ? 0 : fuse_req_getgroups(req, 32, small);
+	if (n > 32) {
+		int cap = n;
+
+		list = malloc((size_t)cap * sizeof(*list));
+		n = list ? fuse_req_getgroups(req, cap, list) : 0;
+		if (n > cap)
+			n = cap;	/* it gained groups meanwhile: these will do */
+	}
+	for (i = 0; i < n && !in; i++)
+		in = list[i] == gid;
+	if (list != small)
+		free(list);
+	return in;
+}
+
+/*
+ * An access ACL sets the mode's permission bits; the kernel's
+ * posix_acl_update_mode() also drops set-gid for a caller neither in the
+ * file's group nor privileged (CAP_FSETID: root here).  libfuse 3.14 does
+ * not pass the kernel's verdict (FUSE_SETXATTR_ACL_KILL_SGID), so decide it
+ * here from the caller's groups.
+ */
+static int acl_kills_sgid(fuse_req_t req, ext2_ino_t ino, const char *name)
+{
+	struct ext2_inode_large in;
+
+	if (strcmp(name, ACL_ACCESS_XATTR) || fuse_req_ctx(req)->uid == 0)
+		return 0;
+	if (inode_read(rr_fs_of(req), ino, &in) || !(in.i_mode & S_ISGID))
+		return 0;
+	return !caller_in_group(req, inode_gid(in));
+}
+
 static void rr_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
 			size_t size, int flags)
 {
 	if (!check_rw(req))
 		return;
-	if (rr_iguard(rr_fs_of(req), e2ino(ino)))
+	if (rr_iguard(rr_fs_of(req), e2ino(ino))) {
 		fuse_reply_err(req, EPERM);	/* as xattr_permission() */
-	else
-		fuse_reply_err(req, -xattr_set(rr_fs_of(req), e2ino(ino), name, value, size, flags));
+		return;
+	}
+	flags &= XATTR_CREATE | XATTR_REPLACE;	/* the VFS allows no others */
+	if (acl_kills_sgid(req, e2ino(ino), name))
+		flags |= RR_XATTR_ACL_KILL_SGID;
+	fuse_reply_err(req, -xattr_set(rr_fs_of(req), e2ino(ino), name, value, size, flags));
 }
 
 /* size 0 asks for the length; too small a buffer is ERANGE. */
@@ -1089,6 +1185,15 @@ static void rr_ioctl(fuse_req_t req, fuse_ino_t fino, unsigned int cmd, void *ar
 				v |= xflag_map[i].fl;
 		ret = set_flags(req, e2ino(fino), v, RR_FL_XSETTABLE);
 	}
+	/*
+	 * The new ctime (ext4_fileattr_set sets it) is ours alone: the kernel
+	 * neither sets nor asks for it after this ioctl, and would show the
+	 * cached one until the attributes time out.  Attributes only, before
+	 * the reply: the kernel holds the inode's lock across the ioctl but
+	 * takes no lock to invalidate attributes.
+	 */
+	if (!ret)
+		fuse_lowlevel_notify_inval_inode(rr_fs_of(req)->se, fino, -1, 0);
 	if (ret)
 		fuse_reply_err(req, -ret);
 	else

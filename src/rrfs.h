@@ -163,7 +163,14 @@ struct rr_fs {
 };
 
 /* fs.c */
-int rr_err(errcode_t err);
+/*
+ * libext2fs's error code as a negative errno; corruption is a filesystem
+ * error, recorded with the caller's function and line (and the inode, with
+ * rr_err_ino) as the kernel's ext4_error records them.
+ */
+int rr_err_at(errcode_t err, ext2_ino_t ino, const char *func, unsigned int line);
+#define rr_err(err) rr_err_at((err), 0, __func__, __LINE__)
+#define rr_err_ino(err, ino) rr_err_at((err), (ino), __func__, __LINE__)
 int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts, char *msg, size_t msglen);
 int rr_fs_close(struct rr_fs *rfs);
 errcode_t rr_check_desc(ext2_filsys fs);

@@ -38,7 +38,7 @@ static int xopen(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_xattr_handle **h
 		if (err)
 			ext2fs_xattrs_close(h);
 	}
-	return rr_err(err);
+	return rr_err_ino(err, ino);
 }
 
 int xattr_get_locked(struct rr_fs *rfs, ext2_ino_t ino, const char *name, void **val, size_t *len)
@@ -53,7 +53,7 @@ int xattr_get_locked(struct rr_fs *rfs, ext2_ino_t ino, const char *name, void *
 	if (!ret) {
 		errcode_t err = ext2fs_xattr_get(h, name, &v, len);
 
-		ret = err == EXT2_ET_EA_KEY_NOT_FOUND ? -ENODATA : rr_err(err);
+		ret = err == EXT2_ET_EA_KEY_NOT_FOUND ? -ENODATA : rr_err_ino(err, ino);
 		ext2fs_xattrs_close(&h);
 	}
 	if (ret)
@@ -136,7 +136,7 @@ int xattr_list(struct rr_fs *rfs, ext2_ino_t ino, int privileged, char **names, 
 	rr_fs_lock(rfs);
 	ret = xopen(rfs, ino, &h);
 	if (!ret) {
-		ret = rr_err(ext2fs_xattrs_iterate(h, list_cb, &c));
+		ret = rr_err_ino(ext2fs_xattrs_iterate(h, list_cb, &c), ino);
 		ext2fs_xattrs_close(&h);
 	}
 	rr_fs_unlock(rfs);
@@ -168,11 +168,11 @@ static int drop_empty_block(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode
 	buf = malloc(fs->blocksize);
 	if (!buf)
 		return -ENOMEM;
-	ret = rr_err(ext2fs_read_ext_attr3(fs, blk, buf, ino));
+	ret = rr_err_ino(ext2fs_read_ext_attr3(fs, blk, buf, ino), ino);
 	if (!ret) {
 		memcpy(&first, buf + sizeof(struct ext2_ext_attr_header), sizeof(first));
 		if (first == 0) {
-			ret = rr_err(ext2fs_adjust_ea_refcount3(fs, blk, buf, -1, &count, ino));
+			ret = rr_err_ino(ext2fs_adjust_ea_refcount3(fs, blk, buf, -1, &count, ino), ino);
 			if (!ret) {
 				if (count == 0)
 					ext2fs_block_alloc_stats2(fs, blk, -1);
@@ -185,8 +185,12 @@ static int drop_empty_block(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode
 	return ret;
 }
 
-/* After a change: drop an emptied block, and ctime, as for any inode change. */
-static int after_change(struct rr_fs *rfs, ext2_ino_t ino, const mode_t *perm)
+/*
+ * After a change: drop an emptied block, and ctime, as for any inode change.
+ * perm: the permission bits an access ACL gave, and then kill_sgid whether
+ * the set-gid bit goes with them.
+ */
+static int after_change(struct rr_fs *rfs, ext2_ino_t ino, const mode_t *perm, int kill_sgid)
 {
 	struct ext2_inode_large in;
 	int ret = inode_load(rfs, ino, &in);
@@ -196,7 +200,7 @@ static int after_change(struct rr_fs *rfs, ext2_ino_t ino, const mode_t *perm)
 	if (ret)
 		return ret;
 	if (perm)
-		in.i_mode = (__u16)((in.i_mode & ~0777) | (*perm & 0777));
+		in.i_mode = (__u16)((in.i_mode & ~(kill_sgid ? 0777 | S_ISGID : 0777)) | (*perm & 0777));
 	inode_touch(&in, RR_CTIME);
 	return inode_write(rfs, ino, &in);
 }
@@ -217,15 +221,15 @@ static int set_raw(struct rr_fs *rfs, ext2_ino_t ino, const char *name, const vo
 	if (!err)
 		ext2fs_free_mem(&old);
 	if (err && err != EXT2_ET_EA_KEY_NOT_FOUND)
-		ret = rr_err(err);
+		ret = rr_err_ino(err, ino);
 	else if ((flags & XATTR_CREATE) && !err)
 		ret = -EEXIST;
 	else if ((flags & XATTR_REPLACE) && err)
 		ret = -ENODATA;
 	else if (val)
-		ret = rr_err(ext2fs_xattr_set(h, name, val, len));
+		ret = rr_err_ino(ext2fs_xattr_set(h, name, val, len), ino);
 	else if (!err)
-		ret = rr_err(ext2fs_xattr_remove(h, name));
+		ret = rr_err_ino(ext2fs_xattr_remove(h, name), ino);
 	ext2fs_xattrs_close(&h);
 	/* Any attribute change invalidates what xattr_get() remembers. */
 	rr_ixattr_changed(rfs, ino);
@@ -237,6 +241,9 @@ int xattr_set_locked(struct rr_fs *rfs, ext2_ino_t ino, const char *name, const 
 {
 	mode_t perm;
 	int ret, equiv, is_access = !strcmp(name, ACL_ACCESS_XATTR);
+	int kill_sgid = !!(flags & RR_XATTR_ACL_KILL_SGID);
+
+	flags &= ~RR_XATTR_ACL_KILL_SGID;
 
 	if (!known_namespace(name))
 		return -EOPNOTSUPP;
@@ -260,11 +267,11 @@ int xattr_set_locked(struct rr_fs *rfs, ext2_ino_t ino, const char *name, const 
 		if (is_access && equiv) {
 			/* The mode says it all: keep no ACL, as ext4. */
 			ret = set_raw(rfs, ino, name, NULL, 0, flags & XATTR_CREATE);
-			return ret ? ret : after_change(rfs, ino, &perm);
+			return ret ? ret : after_change(rfs, ino, &perm, kill_sgid);
 		}
 	}
 	ret = set_raw(rfs, ino, name, val, len, flags);
-	return ret ? ret : after_change(rfs, ino, is_access ? &perm : NULL);
+	return ret ? ret : after_change(rfs, ino, is_access ? &perm : NULL, kill_sgid);
 }
 
 int xattr_set(struct rr_fs *rfs, ext2_ino_t ino, const char *name, const void *val, size_t len,
@@ -287,7 +294,7 @@ int xattr_remove(struct rr_fs *rfs, ext2_ino_t ino, const char *name)
 	rr_fs_lock(rfs);
 	ret = set_raw(rfs, ino, name, NULL, 0, XATTR_REPLACE);
 	if (!ret)
-		ret = after_change(rfs, ino, NULL);
+		ret = after_change(rfs, ino, NULL, 0);
 	rr_fs_unlock(rfs);
 	return ret;
 }

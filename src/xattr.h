@@ -8,6 +8,13 @@
 int xattr_get(struct rr_fs *rfs, ext2_ino_t ino, const char *name, void **val, size_t *len);
 int xattr_get_locked(struct rr_fs *rfs, ext2_ino_t ino, const char *name, void **val, size_t *len);
 int xattr_list(struct rr_fs *rfs, ext2_ino_t ino, int privileged, char **names, size_t *len);
+/*
+ * A flag of xattr_set(), beside XATTR_CREATE and XATTR_REPLACE: setting an
+ * access ACL also clears the set-gid bit (the caller is neither in the
+ * file's group nor privileged: the kernel's posix_acl_update_mode).
+ */
+#define RR_XATTR_ACL_KILL_SGID	0x100
+
 int xattr_set(struct rr_fs *rfs, ext2_ino_t ino, const char *name, const void *val, size_t len,
 	      int flags);
 int xattr_set_locked(struct rr_fs *rfs, ext2_ino_t ino, const char *name, const void *val,

@@ -1,6 +1,8 @@
 #!/bin/bash
 # Install what is missing, build rrfuse, make a default 4 GiB ext4 image and mount it.
-#   tools/quickstart.sh [IMAGE [MOUNTPOINT [EXTRA -o OPTIONS]]]
+#   tools/quickstart.sh [IMAGE [MOUNTPOINT [-o OPTIONS]]]
+# Without OPTIONS the project's example: the rralloc policy with 32 MiB
+# preallocation windows; "" mounts with none.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 . "$top/tools/deps.sh"
@@ -8,7 +10,7 @@ rr_install_deps
 
 img=${1:-$top/rrfuse.img}
 mnt=${2:-$top/mnt}
-opts=${3:-}
+opts=${3-rralloc,max_prealloc_kb=32768}
 
 cd "$top"
 [ -d build ] || meson setup build >/dev/null
@@ -25,6 +27,8 @@ if mountpoint -q "$mnt"; then
 	exit 1
 fi
 build/rrfuse "$img" "$mnt" ${opts:+-o "$opts"}
-echo "rrfuse: $img is mounted at $mnt"
-echo "rrfuse: unmount with:  $top/build/rrfuse -u $mnt   (returns when the image is complete)"
+echo "rrfuse: $img is mounted at $mnt${opts:+ with -o $opts}"
+echo "rrfuse: what the allocator does:  build/rrctl $mnt -g  (free space by group);"
+echo "rrfuse:   build/rrctl $mnt mb_stats=1, then after some writes:  build/rrctl $mnt -s"
+echo "rrfuse: unmount with:  build/rrfuse -u $mnt   (returns when the image is complete)"
 echo "rrfuse: then check with:  e2fsck -fn $img"

@@ -24,6 +24,7 @@
 #ifndef RRFUSE_ALLOC_H
 #define RRFUSE_ALLOC_H
 
+#include <stdarg.h>
 #include <stdint.h>
 #include <ext2fs/ext2fs.h>
 
@@ -106,6 +107,15 @@ struct rr_extent {
 };
 
 struct rr_alloc;
+
+/*
+ * Where the allocator's messages go (warnings, corruption it meets, the
+ * mb_stats report at detach): one line each, without a newline, with a
+ * syslog priority.  Until set: stderr.  For the whole process; set it before
+ * attaching.  Returns the previous one.
+ */
+typedef void (*rr_alloc_log_fn)(int prio, const char *fmt, va_list ap);
+rr_alloc_log_fn rr_alloc_set_log(rr_alloc_log_fn fn);
 
 /*
  * Create the allocator for an open filesystem (bitmaps read) and hook

@@ -282,3 +282,32 @@ def test_acls_survive_remount(fs):
     assert "user:%d:rwx" % UID_B in getfacl(f)
     # mask = default mask (r-x) & create mode's group bits (rw-)
     assert "mask::r--" in getfacl(f)
+
+
+@pytest.mark.parametrize("acl", ["u:%d:r" % UID_B, "g::rx"])
+def test_setfacl_clears_setgid_outside_group(fs, acl):
+    # fstests generic/375: an owner outside the file's group who sets an
+    # access ACL loses the set-gid bit, as with chmod (named entries, or an
+    # ACL the mode alone expresses); root and group members keep it.
+    def setfacl_as(uid, path):
+        # GID_A only as a supplementary group, so that both ways in count.
+        return run_as(uid, 5555, ["setfacl", "-m", acl, path], groups=(GID_A,))
+
+    cases = {"outsider": (UID_A, 4444, False), "member": (UID_A, GID_A, True)}
+    for name, (uid, gid, keeps) in cases.items():
+        p = os.path.join(fs.mnt, name)
+        write_file(p, b"x")
+        os.chown(p, uid, gid)
+        os.chmod(p, 0o2775)
+        r = setfacl_as(uid, p)
+        assert r.returncode == 0, r.stderr
+        assert bool(os.stat(p).st_mode & stat.S_ISGID) == keeps, (name, oct(os.stat(p).st_mode))
+    p = os.path.join(fs.mnt, "by-root")
+    write_file(p, b"x")
+    os.chown(p, UID_A, 4444)
+    os.chmod(p, 0o2775)
+    setfacl("-m", acl, p)
+    assert os.stat(p).st_mode & stat.S_ISGID
+    fs.remount()
+    assert not os.stat(os.path.join(fs.mnt, "outsider")).st_mode & stat.S_ISGID
+    assert os.stat(os.path.join(fs.mnt, "member")).st_mode & stat.S_ISGID

@@ -147,3 +147,130 @@ def test_fsxattr_interface(fs):
     finally:
         os.close(fd)
     assert set("dA") <= set(lsattr(p))
+
+
+def chattr_moves_ctime(fs, p):
+    """chattr +A then -A: each gives a new ctime that stat shows at once
+    (fstests generic/277), and the last one is on disk."""
+    import time
+    before = os.stat(p).st_ctime_ns
+    seen = []
+    for op in ("+A", "-A"):
+        time.sleep(0.01)
+        r = chattr(op, p)
+        assert r.returncode == 0, r.stderr
+        seen.append(os.stat(p).st_ctime_ns)
+    assert before < seen[0] < seen[1], (before, seen)
+    fs.unmount()
+    out = debugfs(fs.image, "stat /" + os.path.basename(p))
+    sec, extra = (int(x, 16) for x in out.split("ctime: 0x")[1].split()[0].split(":"))
+    assert sec * 10**9 + (extra >> 2) == seen[1]
+    fs.mount()
+
+
+def test_chattr_ctime_directory(fs):
+    os.mkdir(fs.path("d"))
+    chattr_moves_ctime(fs, fs.path("d"))
+
+
+@pytest.mark.opts("no_writeback_cache")
+def test_chattr_ctime_file(fs):
+    open(fs.path("f"), "w").close()
+    chattr_moves_ctime(fs, fs.path("f"))
+
+
+@pytest.mark.rrfuse_only
+@pytest.mark.xfail(strict=True, reason="with the writeback cache the kernel keeps a regular "
+                   "file's ctime itself and takes none from the server (fuse_get_cache_mask)")
+def test_chattr_ctime_file_writeback_cache(fs):
+    open(fs.path("f"), "w").close()
+    chattr_moves_ctime(fs, fs.path("f"))
+
+
+def utimensat(path, atime, mtime):
+    """utimensat(2) with (sec, nsec) pairs; nsec may be UTIME_NOW/UTIME_OMIT."""
+    import ctypes
+
+    class Timespec(ctypes.Structure):
+        _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    ts = (Timespec * 2)(Timespec(*atime), Timespec(*mtime))
+    if libc.utimensat(-100, os.fsencode(path), ts, 0) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e), path)
+
+
+UTIME_NOW, UTIME_OMIT = (1 << 30) - 1, (1 << 30) - 2
+
+
+@pytest.mark.parametrize("kind", ["file", "dir", pytest.param(
+    "file", id="file-no_writeback_cache", marks=pytest.mark.opts("no_writeback_cache"))])
+def test_append_only_times(fs, kind):
+    # fstests generic/079, the kernel's may_setattr(): on an append-only
+    # inode, times given explicitly are EPERM (UTIME_OMIT for one of them
+    # too); "now" for both (utimes(NULL)) is allowed.
+    p = fs.path("a")
+    if kind == "dir":
+        os.mkdir(p)
+    else:
+        with open(p, "w") as f:
+            f.write("x\n")
+    os.utime(p, (1000, 1000))
+    assert chattr("+a", p).returncode == 0
+    eperm(os.utime, p, (2000, 2000))
+    eperm(lambda: os.utime(p, ns=(5, 7)))
+    eperm(utimensat, p, (0, UTIME_NOW), (0, UTIME_OMIT))
+    eperm(utimensat, p, (0, UTIME_OMIT), (3000, 0))
+    eperm(utimensat, p, (0, UTIME_OMIT), (0, UTIME_NOW))
+    eperm(utimensat, p, (3000, 0), (0, UTIME_NOW))
+    assert os.stat(p).st_mtime == 1000
+    os.utime(p)
+    assert os.stat(p).st_mtime > 1000 and os.stat(p).st_atime > 1000
+    utimensat(p, (0, UTIME_NOW), (0, UTIME_NOW))
+    if kind == "file":
+        with open(p, "a") as f:     # appending still moves mtime
+            f.write("y\n")
+    assert chattr("-a", p).returncode == 0
+
+
+def test_immutable_times(fs):
+    p = fs.path("i")
+    open(p, "w").close()
+    assert chattr("+i", p).returncode == 0
+    eperm(os.utime, p)
+    eperm(os.utime, p, (1, 1))
+    eperm(utimensat, p, (0, UTIME_NOW), (0, UTIME_NOW))
+    assert chattr("-i", p).returncode == 0
+
+
+@pytest.mark.parametrize("opts", ["", pytest.param("no_writeback_cache", marks=pytest.mark.opts(
+    "no_writeback_cache"))])
+def test_immutable_after_open(fs, opts):
+    # fstests generic/553: a descriptor opened for writing before chattr +i
+    # can no longer change the file (ext4: generic_write_checks and
+    # friends), whatever the call; what was written before stays.  (Reads
+    # through it fail too under the writeback cache: see rr_getattr.)
+    src, dst = fs.path("src"), fs.path("dst")
+    with open(src, "wb") as f:
+        f.write(b"s" * 8192)
+    fd = os.open(dst, os.O_RDWR | os.O_CREAT, 0o644)
+    s = os.open(src, os.O_RDONLY)
+    try:
+        os.write(fd, b"before\n")
+        assert chattr("+i", dst).returncode == 0
+        eperm(os.copy_file_range, s, fd, 4096, 0, 0)
+        eperm(os.pwrite, fd, b"after", 0)
+        os.fstat(fd)                # fresh attributes open no way around it
+        eperm(os.pwrite, fd, b"after", 100)
+        eperm(fallocate, fd, 0, 0, 65536)
+        eperm(os.ftruncate, fd, 0)
+    finally:
+        os.close(s)
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    assert chattr("-i", dst).returncode == 0
+    with open(dst, "rb") as f:
+        assert f.read() == b"before\n"

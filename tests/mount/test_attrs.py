@@ -9,13 +9,14 @@ import ctypes
 import ctypes.util
 import errno
 import os
+import re
 import socket
 import stat
 import time
 
 import pytest
 
-from conftest import run_as
+from conftest import debugfs, run_as
 
 UID_A, GID_A = 1001, 1001
 UID_B, GID_B = 1002, 1002
@@ -555,6 +556,48 @@ def test_mknod_existing_eexist(fs):
     os.mkfifo(p)
     with pytest.raises(FileExistsError):
         os.mknod(p, stat.S_IFCHR | 0o600, os.makedev(1, 3))
+
+
+def _disk_times(image, path):
+    """{"atime": ns, ...} of path's inode from debugfs (seconds:extra)."""
+    out = debugfs(image, "stat " + path)
+    times = {}
+    for name in ("atime", "mtime", "ctime", "crtime"):
+        m = re.search(r"^\s*%s: 0x([0-9a-f]+):([0-9a-f]+)" % name, out, re.M)
+        assert m, "no %s with an extra field in:\n%s" % (name, out)
+        base, extra = int(m.group(1), 16), int(m.group(2), 16)
+        sec = (base - (1 << 32) if base >> 31 else base) + ((extra & 3) << 32)
+        times[name] = _ns(sec, extra >> 2)
+    return times
+
+
+def test_special_files_nanosecond_times(fs):
+    # fstests generic/423: mknod'd inodes get the same fine timestamps as
+    # regular files, through stat and on disk (crtime too).
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        srv.bind(fs.path("sock"))
+    finally:
+        srv.close()
+    os.mkfifo(fs.path("fifo"))
+    os.mknod(fs.path("chr"), stat.S_IFCHR | 0o600, os.makedev(1, 3))
+    os.mknod(fs.path("blk"), stat.S_IFBLK | 0o600, os.makedev(7, 0))
+    write_file(fs.path("reg"))
+    names = ("sock", "fifo", "chr", "blk", "reg")
+    seen = {}
+    for n in names:
+        st = os.lstat(fs.path(n))
+        seen[n] = {"atime": st.st_atime_ns, "mtime": st.st_mtime_ns, "ctime": st.st_ctime_ns}
+        for k, v in seen[n].items():
+            # A whole second is what truncation gives; by chance, once in 10^9.
+            assert v % 1_000_000_000, "%s %s is a whole second: %d" % (n, k, v)
+    fs.unmount()
+    for n in names:
+        disk = _disk_times(fs.image, "/" + n)
+        assert disk["crtime"] % 1_000_000_000, (n, disk)
+        for k in ("atime", "mtime", "ctime"):
+            assert disk[k] == seen[n][k], (n, k, disk, seen[n])
+    fs.mount()
 
 
 def _umask():

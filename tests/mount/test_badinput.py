@@ -424,6 +424,48 @@ def test_bad_allocator_tunable(wd, opt, value):
     refuse_image(image, wd, [opt, value], opts="%s=%s" % (opt, value))
 
 
+# The kernel's rule for a number in a mount option (kstrtouint, base 0):
+# decimal, 0x hex or 0 octal after an optional '+', the whole string.
+NUMBERS = [("0x10", 16), ("010", 8), ("16", 16), ("+16", 16),
+           ("1e3", None), ("-1", None), ("99999999999999999999", None), ("", None),
+           (" 1", None), ("0x", None), ("08", None), ("16 ", None)]
+
+
+@pytest.mark.parametrize("value,means", NUMBERS, ids=[repr(v) for v, _ in NUMBERS])
+def test_one_number_rule(wd, value, means):
+    # commit= (main.c) and the allocator's tunables (mb_tunables.c, also
+    # what rrctl sets) read numbers the same way.
+    image = new_image(wd)
+    for opt in ("commit", "mb_stream_req"):
+        if means is None:
+            refuse_image(image, wd, [opt], opts="%s=%s" % (opt, value))
+            continue
+        m = Mount(image, opts="%s=%s" % (opt, value), mnt=os.path.join(wd, "mnt"))
+        m.mount()
+        try:
+            rrctl = os.path.join(os.path.dirname(RRFUSE), "rrctl")
+            r = subprocess.run([rrctl, m.mnt, "mb_stream_req"], capture_output=True, text=True)
+            if opt == "mb_stream_req":
+                assert r.stdout.strip() == "mb_stream_req = %d" % means, r
+            r = subprocess.run([rrctl, m.mnt, "mb_stream_req=" + value], capture_output=True,
+                               text=True)
+            assert r.returncode == 0 and r.stdout.strip() == "mb_stream_req = %d" % means, r
+            m.unmount()
+        finally:
+            m.cleanup()
+    if means is None:
+        return
+    m = Mount(image, mnt=os.path.join(wd, "mnt"))
+    m.mount()
+    try:
+        r = subprocess.run([os.path.join(os.path.dirname(RRFUSE), "rrctl"), m.mnt,
+                            "mb_stream_req=1e3"], capture_output=True, text=True)
+        assert r.returncode == 1 and "1e3" in r.stderr, r
+        m.unmount()
+    finally:
+        m.cleanup()
+
+
 def test_unknown_allocator(wd):
     image = new_image(wd)
     refuse_image(image, wd, ["unknown allocator", "nope", "regular"], opts="allocator=nope")

@@ -38,3 +38,34 @@ def test_manual_renders(page):
                        env=dict(os.environ, MANWIDTH="80", MANPAGER="cat"))
     assert r.returncode == 0 and page.split(".")[0] in r.stdout, r.stderr
     assert "warning" not in r.stderr, r.stderr
+
+
+def test_quickstart_example_options():
+    # README: tools/quickstart.sh mounts with the project's example options
+    # and says how to see what the allocator does.
+    import conftest
+    conftest.require_mount_backend()
+    if conftest.KERNEL:
+        pytest.skip("rrfuse specific (RRFUSE_TEST_KERNEL=1)")
+    deps = subprocess.run(["bash", "-c", ". tools/deps.sh; for p in $RR_BUILD_DEPS; do "
+                           "dpkg-query -W -f='${Status}' $p 2>/dev/null | grep -q 'ok installed' "
+                           "|| echo $p; done"], cwd=REPO, capture_output=True, text=True)
+    if deps.returncode or deps.stdout.strip():
+        pytest.skip("quickstart would install packages: %s" % deps.stdout.split())
+    d = conftest._new_workdir()
+    img, mnt = os.path.join(d, "qs.img"), os.path.join(d, "mnt")
+    r = subprocess.run([os.path.join(REPO, "tools", "quickstart.sh"), img, mnt],
+                       capture_output=True, text=True, timeout=300)
+    try:
+        assert r.returncode == 0, r.stdout + r.stderr
+        rrctl = os.path.join(REPO, "build", "rrctl")
+        got = subprocess.run([rrctl, mnt, "allocator", "max_prealloc_kb"], capture_output=True,
+                             text=True)
+        assert got.stdout == "allocator = rralloc\nmax_prealloc_kb = 32768\n", got
+        assert "rrctl %s -s" % mnt in r.stdout and "mb_stats=1" in r.stdout, r.stdout
+    finally:
+        if conftest._mountinfo_entry(mnt) is not None:
+            # As quickstart says: returns once the image is complete.
+            subprocess.run([os.path.join(REPO, "build", "rrfuse"), "-u", mnt], check=True)
+    rc, out = conftest.fsck(img)
+    assert rc == 0, out

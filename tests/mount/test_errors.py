@@ -190,3 +190,62 @@ def test_a_crash_leaves_a_record(image, tmp_path):
     assert "fatal signal 11 (Segmentation fault)" in log, log
     assert "backtrace:" in log and "libfuse3" in log, log
     # What the image looks like after a crash is the journal's business (not yet written).
+
+
+def rrfuse_function(name):
+    """True when name is a function defined in rrfuse's sources."""
+    src = os.path.join(conftest.REPO, "src")
+    pat = re.compile(r"^\w[\w \*]*\b%s\(" % re.escape(name), re.M)
+    return any(pat.search(open(os.path.join(src, f)).read())
+               for f in os.listdir(src) if f.endswith(".c"))
+
+
+def inode_number(image, path):
+    return int(re.search(r"Inode: (\d+)", debugfs(image, "stat " + path)).group(1))
+
+
+def test_error_record_says_where(image, monkeypatch):
+    # As the kernel's __ext4_error and fuse2fs: the superblock's first and
+    # last error name the function and line that met it, the inode and the
+    # block, for dumpe2fs -h; the first one of an earlier mount stays first.
+    bad, failing = inode_number(image, "/f3"), inode_number(image, "/f15")
+    imap = debugfs(image, "imap /f3")
+    at = (int(re.search(r"located at block (\d+)", imap).group(1)) * 4096
+          + int(re.search(r"offset (0x[0-9a-f]+)", imap).group(1), 16) + 40)    # i_block[0]
+    with open(image, "rb") as f:
+        f.seek(at)
+        word = int.from_bytes(f.read(4), "little")
+    debugfs(image, "sif /f3 block[0] 0x1234", write=True)     # extent header magic gone
+    m = Mount(image)
+    m.mount()
+    try:
+        expect_errno(errno.EIO, lambda: open(m.path("f3")).read())
+        m.unmount()
+    finally:
+        m.cleanup()
+    assert sb_field(image, "First error err") == "EFSCORRUPTED"
+    assert sb_field(image, "First error inode #") == str(bad)
+    func = sb_field(image, "First error function")
+    assert func and rrfuse_function(func), func
+    assert int(sb_field(image, "First error line #")) > 0
+    count = int(sb_field(image, "FS Error count"))
+
+    blk = inode_block(image, "/f15")
+    m = mount_failing(image, monkeypatch, "r:%d" % blk)
+    try:
+        expect_errno(errno.EIO, os.stat, m.path("f15"))
+        m.unmount()
+    finally:
+        m.cleanup()
+    assert sb_field(image, "First error inode #") == str(bad)
+    assert sb_field(image, "First error function") == func
+    assert sb_field(image, "Last error err") == "EIO"
+    assert sb_field(image, "Last error inode #") == str(failing)
+    assert sb_field(image, "Last error block #") == str(blk)
+    last = sb_field(image, "Last error function")
+    assert last and rrfuse_function(last), last
+    assert int(sb_field(image, "Last error line #")) > 0
+    assert int(sb_field(image, "FS Error count")) > count
+    debugfs(image, "sif /f3 block[0] %#x" % word, write=True)  # the header back: e2fsck clean
+    rc, out = fsck(image)
+    assert rc == 0, out

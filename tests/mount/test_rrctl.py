@@ -14,6 +14,7 @@ import re
 import struct
 import subprocess
 import threading
+import time
 
 import pytest
 
@@ -517,4 +518,86 @@ def test_owner_sets_on_own_mount(user_dir):
     assert r.returncode == 0, r.stderr
     assert wait_for(lambda: daemon_gone(img), timeout=30)
     rc, out = fsck(img)
+    assert rc == 0, out
+
+
+# ------------------------------------------------------ the daemon's log
+
+@pytest.fixture
+def syslog_lines():
+    """lines(pid): what a daemon sent to syslog, the 'rrfuse[PID]: ' prefix
+    removed.  Where no syslog daemon listens, /dev/log is this fixture's."""
+    import socket
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    got = []
+    sock = None
+    if not os.path.exists("/dev/log"):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.bind("/dev/log")
+        sock.settimeout(0.2)
+
+        def recv():
+            while sock is not None:
+                try:
+                    got.append(sock.recv(65536).decode(errors="replace"))
+                except socket.timeout:
+                    continue
+                except OSError:
+                    return
+        t = threading.Thread(target=recv, daemon=True)
+        t.start()
+    elif subprocess.run(["which", "journalctl"], capture_output=True).returncode:
+        pytest.skip("/dev/log has a listener other than journald: cannot read it back")
+
+    def lines(pid):
+        tag = "rrfuse[%d]: " % pid
+        if sock is None:
+            r = subprocess.run(["journalctl", "-q", "-o", "cat", "_PID=%d" % pid],
+                               capture_output=True, text=True)
+            return r.stdout.splitlines()
+        time.sleep(0.5)
+        return [m.split(tag, 1)[1] for m in list(got) if tag in m]
+
+    try:
+        yield lines
+    finally:
+        if sock is not None:
+            s, sock = sock, None
+            s.close()
+            os.unlink("/dev/log")
+
+
+def test_background_daemon_logs_allocator(syslog_lines):
+    # In the background stderr is /dev/null: the mb_stats report at unmount
+    # (and the allocator's warnings) go where rrfuse's own messages go, to
+    # syslog (src/log.c).
+    from conftest import fsck, make_image, wait_for as wait
+    image = make_image(size="256M")
+    mnt = os.path.join(os.path.dirname(image), "mnt")
+    os.makedirs(mnt)
+    opts = ",".join(o for o in (os.environ.get("RRFUSE_OPTS", ""), "mb_stats=1") if o)
+    r = subprocess.run([RRFUSE, image, mnt, "-o", opts], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    pid = None
+    for p in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/cmdline" % p, "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if p.isdigit() and len(argv) > 2 and argv[1] == image.encode() and argv[2] == mnt.encode():
+            pid = int(p)
+    try:
+        assert pid, "the daemon of %s not found" % image
+        with open(os.path.join(mnt, "f"), "wb") as f:
+            f.write(pattern(1, 4 << 20))
+    finally:
+        subprocess.run(["fusermount3", "-u", mnt], check=True)
+    assert wait(lambda: not os.path.exists("/proc/%d" % pid), timeout=30)
+    log = syslog_lines(pid)
+    assert "mballoc:" in log, log
+    v = parse_stats("\n".join(log[log.index("mballoc:"):][:len(STATS_KEYS) + 1]))
+    assert int(v["reqs"]) > 0, v
+    rc, out = fsck(image)
     assert rc == 0, out
