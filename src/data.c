@@ -107,7 +107,7 @@ static int write_whole_blocks(struct rr_fs *rfs, uint64_t pblk, uint64_t lblk, u
 	iov[cnt].iov_len = (size_t)(seg_end - pos);
 	cnt++;
 	cnt += iov_zero(iov + cnt, 2, (size_t)(bend - seg_end));
-	ret = io_data_writev(rfs->fs->io, iov, cnt, blk_start(rfs, pblk));
+	ret = io_data_writev(rfs->dev, iov, cnt, blk_start(rfs, pblk));
 	if (ret)
 		rr_data_io_error(1, pblk, -ret);
 	return ret;
@@ -123,7 +123,7 @@ static int zero_partial(struct rr_fs *rfs, struct rr_inode *ri, uint64_t from, u
 	emap_lookup(&ri->emap, from >> rfs->bbits, &m);
 	if (!m.pblk || m.uninit)
 		return 0;
-	return io_data_write(rfs->fs->io, zero_block, (size_t)(to - from),
+	return io_data_write(rfs->dev, zero_block, (size_t)(to - from),
 			     blk_start(rfs, m.pblk) + (from & (rfs->bsize - 1)));
 }
 
@@ -161,9 +161,9 @@ static int move_mapped(struct rr_fs *rfs, struct rr_inode *ri, char *buf, uint64
 			uint64_t dev = blk_start(rfs, m.pblk) + (pos - blk_start(rfs, lblk));
 
 			if (write)
-				ret = io_data_write(rfs->fs->io, buf + (pos - off), (size_t)(seg_end - pos), dev);
+				ret = io_data_write(rfs->dev, buf + (pos - off), (size_t)(seg_end - pos), dev);
 			else
-				ret = io_data_read(rfs->fs->io, buf + (pos - off), (size_t)(seg_end - pos), dev);
+				ret = io_data_read(rfs->dev, buf + (pos - off), (size_t)(seg_end - pos), dev);
 			if (ret)
 				rr_data_io_error(write, m.pblk, -ret);
 		} else if (!write) {

@@ -124,11 +124,11 @@ static void panic_now(struct rr_fs *rfs)
 
 	if (atomic_exchange(&panicking, 1))
 		_exit(EXIT_FAILURE);	/* an error while writing the superblock: stop here */
-	rr_log(LOG_CRIT, "errors=panic: stopping after a filesystem error; unmount with fusermount3 -u");
+	rr_log(LOG_CRIT, "errors=panic: stopping after a filesystem error; unmount with rrfuse -u");
 	if (rfs->mounted) {
 		rr_error_commit(rfs);
 		rr_fs_write_super(rfs);
-		io_flush(rfs->fd);
+		io_channel_flush(rfs->fs->io);
 	}
 	_exit(EXIT_FAILURE);
 }

@@ -304,19 +304,15 @@ static blk64_t bitmap_to_read(ext2_filsys fs, dgrp_t g, int inode)
  */
 static void bitmaps_readahead(ext2_filsys fs)
 {
-	int fd, inode;
+	int inode;
 	dgrp_t g;
 
-	if (fs->io->manager != rr_io_manager)
-		return;
-	fd = io_fd(fs->io);
 	for (g = 0; g < fs->group_desc_count; g++)
 		for (inode = 0; inode < 2; inode++) {
 			blk64_t b = bitmap_to_read(fs, g, inode);
 
 			if (b)
-				posix_fadvise(fd, (off_t)(b * fs->blocksize), (off_t)fs->blocksize,
-					      POSIX_FADV_WILLNEED);
+				io_channel_cache_readahead(fs->io, b, 1);
 		}
 }
 
@@ -639,10 +635,10 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 	}
 
 	rfs->fs = fs;
-	rfs->fd = io_fd(fs->io);
+	rfs->dev = io_dev_of(fs->io);
 	rfs->bsize = fs->blocksize;
 	rfs->bbits = (unsigned int)(__builtin_ctz(fs->blocksize));
-	ret = io_set_direct(fs->io, rfs->opts.direct, msg, msglen);
+	ret = io_set_direct(rfs->dev, rfs->opts.direct, msg, msglen);
 	if (ret) {
 		ext2fs_close_free(&fs);
 		rfs->fs = NULL;
@@ -714,7 +710,7 @@ int rr_fs_write_super(struct rr_fs *rfs)
 	err = ext2fs_superblock_csum_set(fs, &sb);
 	if (err)
 		return rr_err(err);
-	ret = io_pwrite_all(rfs->fd, &sb, SUPERBLOCK_SIZE, SUPERBLOCK_OFFSET);
+	ret = rr_err(io_channel_write_byte(fs->io, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE, &sb));
 	if (!ret && fs->orig_super)
 		memcpy(fs->orig_super, &sb, SUPERBLOCK_SIZE);
 	return ret;
@@ -804,7 +800,7 @@ int rr_fs_commit(struct rr_fs *rfs, int sync)
 	if (err)
 		return rr_err(err);
 	if (sync) {
-		ret = io_flush(rfs->fd);
+		ret = rr_err(io_channel_flush(rfs->fs->io));
 		if (ret)
 			return ret;
 	}
@@ -868,7 +864,7 @@ int rr_fs_remount(struct rr_fs *rfs, int ro, char *err, size_t errlen)
 		rfs->mounted = 0;	/* clean: nothing more to write until rw */
 	rr_fs_unlock(rfs);
 	if (!ret)
-		ret = io_flush(rfs->fd);
+		ret = rr_err(io_channel_flush(rfs->fs->io));
 	if (ret)
 		snprintf(err, errlen, "cannot write the superblock: %s", strerror(-ret));
 	return ret;

@@ -26,10 +26,13 @@
 #include <time.h>
 #include <unistd.h>
 
-struct io_private {
+/* The device (image file or block device) under the channel; the data path's handle. */
+struct io_dev {
 	int fd;
 	int dfd;		/* O_DIRECT descriptor for the data path, or -1 */
 	unsigned int dalign;	/* its offset, length and memory alignment */
+	int bdev;		/* a block device */
+	const char *name;	/* the channel's */
 };
 
 /*
@@ -161,12 +164,12 @@ static int lock_image(int fd, int rw, const char *name)
 	return EBUSY;
 }
 
-int io_fd(io_channel ch)
+struct io_dev *io_dev_of(io_channel ch)
 {
-	return ((struct io_private *)ch->private_data)->fd;
+	return ch->private_data;
 }
 
-int io_pread_all(int fd, void *buf, size_t len, uint64_t off)
+static int io_pread_all(int fd, void *buf, size_t len, uint64_t off)
 {
 	char *p = buf;
 
@@ -192,7 +195,7 @@ int io_pread_all(int fd, void *buf, size_t len, uint64_t off)
 	return 0;
 }
 
-int io_pwritev_all(int fd, struct iovec *iov, int iovcnt, uint64_t off)
+static int io_pwritev_all(int fd, struct iovec *iov, int iovcnt, uint64_t off)
 {
 	if (io_fail.n) {
 		size_t len = 0;
@@ -227,21 +230,21 @@ int io_pwritev_all(int fd, struct iovec *iov, int iovcnt, uint64_t off)
 	return 0;
 }
 
-int io_pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
+static int io_pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
 {
 	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
 
 	return io_pwritev_all(fd, &iov, 1, off);
 }
 
-int io_flush(int fd)
+static int io_flush(int fd)
 {
 	return fdatasync(fd) ? -errno : 0;
 }
 
 static errcode_t rr_io_open(const char *name, int flags, io_channel *channel)
 {
-	struct io_private *priv = NULL;
+	struct io_dev *priv = NULL;
 	io_channel ch = NULL;
 	errcode_t err;
 	struct stat st;
@@ -302,6 +305,7 @@ static errcode_t rr_io_open(const char *name, int flags, io_channel *channel)
 	strcpy(ch->name, name);
 	priv->fd = fd;
 	priv->dfd = -1;
+	priv->bdev = S_ISBLK(st.st_mode);
 	ch->magic = EXT2_ET_MAGIC_IO_CHANNEL;
 	ch->manager = rr_io_manager;
 	ch->block_size = 1024;
@@ -310,13 +314,14 @@ static errcode_t rr_io_open(const char *name, int flags, io_channel *channel)
 	if (S_ISBLK(st.st_mode))
 		ch->flags |= CHANNEL_FLAGS_BLOCK_DEVICE;
 	ch->private_data = priv;
+	priv->name = ch->name;
 	*channel = ch;
 	return 0;
 }
 
 static errcode_t rr_io_close(io_channel ch)
 {
-	struct io_private *priv = ch->private_data;
+	struct io_dev *priv = ch->private_data;
 
 	if (--ch->refcount > 0)
 		return 0;
@@ -343,7 +348,7 @@ static size_t io_bytes(io_channel ch, int count)
 
 static errcode_t rr_io_read_blk64(io_channel ch, unsigned long long block, int count, void *data)
 {
-	struct io_private *priv = ch->private_data;
+	struct io_dev *priv = ch->private_data;
 	size_t len = io_bytes(ch, count);
 	int ret = io_pread_all(priv->fd, data, len, block * (uint64_t)ch->block_size);
 
@@ -355,7 +360,7 @@ static errcode_t rr_io_read_blk64(io_channel ch, unsigned long long block, int c
 static errcode_t rr_io_write_blk64(io_channel ch, unsigned long long block, int count,
 				   const void *data)
 {
-	struct io_private *priv = ch->private_data;
+	struct io_dev *priv = ch->private_data;
 	size_t len = io_bytes(ch, count);
 	int ret = io_pwrite_all(priv->fd, data, len, block * (uint64_t)ch->block_size);
 
@@ -376,7 +381,7 @@ static errcode_t rr_io_write_blk(io_channel ch, unsigned long block, int count, 
 
 static errcode_t rr_io_write_byte(io_channel ch, unsigned long offset, int size, const void *data)
 {
-	struct io_private *priv = ch->private_data;
+	struct io_dev *priv = ch->private_data;
 	int ret = io_pwrite_all(priv->fd, data, (size_t)size, offset);
 
 	return ret ? (errcode_t)-ret : 0;
@@ -384,10 +389,21 @@ static errcode_t rr_io_write_byte(io_channel ch, unsigned long offset, int size,
 
 static errcode_t rr_io_flush(io_channel ch)
 {
-	struct io_private *priv = ch->private_data;
+	struct io_dev *priv = ch->private_data;
 	int ret = io_flush(priv->fd);
 
 	return ret ? (errcode_t)-ret : 0;
+}
+
+/* Ask the kernel to start reading blocks that will be read soon (bitmaps at mount). */
+static errcode_t rr_io_cache_readahead(io_channel ch, unsigned long long block,
+				       unsigned long long count)
+{
+	struct io_dev *priv = ch->private_data;
+
+	posix_fadvise(priv->fd, (off_t)(block * ch->block_size), (off_t)(count * ch->block_size),
+		      POSIX_FADV_WILLNEED);
+	return 0;
 }
 
 static errcode_t rr_io_set_option(io_channel ch, const char *option, const char *arg)
@@ -400,7 +416,7 @@ static errcode_t rr_io_set_option(io_channel ch, const char *option, const char 
 
 static errcode_t rr_io_zeroout(io_channel ch, unsigned long long block, unsigned long long count)
 {
-	struct io_private *priv = ch->private_data;
+	struct io_dev *priv = ch->private_data;
 	static const char zero[65536];
 	uint64_t off = block * (uint64_t)ch->block_size;
 	uint64_t len = count * (uint64_t)ch->block_size;
@@ -424,7 +440,7 @@ static errcode_t rr_io_zeroout(io_channel ch, unsigned long long block, unsigned
  */
 static errcode_t rr_io_discard(io_channel ch, unsigned long long block, unsigned long long count)
 {
-	struct io_private *priv = ch->private_data;
+	struct io_dev *priv = ch->private_data;
 	uint64_t r[2] = { block * (uint64_t)ch->block_size, count * (uint64_t)ch->block_size };
 	int ret;
 
@@ -446,12 +462,11 @@ static errcode_t rr_io_discard(io_channel ch, unsigned long long block, unsigned
 	return ret ? errno : 0;
 }
 
-/* ---- the data path's transfers ---- */
+/* ---- the data path's transfers, on its own handle (io_dev_of) ---- */
 
-int io_set_direct(io_channel ch, int mode, char *msg, size_t msglen)
+int io_set_direct(struct io_dev *priv, int mode, char *msg, size_t msglen)
 {
-	struct io_private *priv = ch->private_data;
-	int bdev = !!(ch->flags & CHANNEL_FLAGS_BLOCK_DEVICE), flags, sector = 0;
+	int bdev = priv->bdev, flags, sector = 0;
 
 	if (mode < 0)
 		mode = bdev;	/* auto: devices only */
@@ -459,9 +474,9 @@ int io_set_direct(io_channel ch, int mode, char *msg, size_t msglen)
 		return 0;
 	flags = fcntl(priv->fd, F_GETFL);
 	/* A second open of the same file: the exclusive hold and the lock stay on fd. */
-	priv->dfd = open(ch->name, (flags & O_ACCMODE) | O_DIRECT | O_CLOEXEC);
+	priv->dfd = open(priv->name, (flags & O_ACCMODE) | O_DIRECT | O_CLOEXEC);
 	if (priv->dfd < 0) {
-		snprintf(msg, msglen, "%s: cannot open with O_DIRECT: %s", ch->name, strerror(errno));
+		snprintf(msg, msglen, "%s: cannot open with O_DIRECT: %s", priv->name, strerror(errno));
 		return -errno;
 	}
 	/* Devices: their logical sector; files: a page covers every file system's need. */
@@ -470,10 +485,8 @@ int io_set_direct(io_channel ch, int mode, char *msg, size_t msglen)
 	return 0;
 }
 
-int io_direct_align(io_channel ch)
+int io_direct_align(struct io_dev *priv)
 {
-	struct io_private *priv = ch->private_data;
-
 	return priv->dfd >= 0 ? (int)priv->dalign : 0;
 }
 
@@ -501,14 +514,13 @@ static void *bounce_buf(void)
 	return b;
 }
 
-static int aligned(const struct io_private *priv, uint64_t off, size_t len)
+static int aligned(const struct io_dev *priv, uint64_t off, size_t len)
 {
 	return priv->dfd >= 0 && !(off % priv->dalign) && !(len % priv->dalign);
 }
 
-int io_data_read(io_channel ch, void *buf, size_t len, uint64_t off)
+int io_data_read(struct io_dev *priv, void *buf, size_t len, uint64_t off)
 {
-	struct io_private *priv = ch->private_data;
 	char *p = buf, *b;
 
 	if (!aligned(priv, off, len))
@@ -531,9 +543,8 @@ int io_data_read(io_channel ch, void *buf, size_t len, uint64_t off)
 	return 0;
 }
 
-int io_data_writev(io_channel ch, struct iovec *iov, int iovcnt, uint64_t off)
+int io_data_writev(struct io_dev *priv, struct iovec *iov, int iovcnt, uint64_t off)
 {
-	struct io_private *priv = ch->private_data;
 	size_t len = 0, fill = 0, done = 0;
 	char *b;
 	int i;
@@ -567,11 +578,11 @@ int io_data_writev(io_channel ch, struct iovec *iov, int iovcnt, uint64_t off)
 	return 0;
 }
 
-int io_data_write(io_channel ch, const void *buf, size_t len, uint64_t off)
+int io_data_write(struct io_dev *d, const void *buf, size_t len, uint64_t off)
 {
 	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
 
-	return io_data_writev(ch, &iov, 1, off);
+	return io_data_writev(d, &iov, 1, off);
 }
 
 static struct struct_io_manager rr_io_struct = {
@@ -589,6 +600,7 @@ static struct struct_io_manager rr_io_struct = {
 	.write_blk64 = rr_io_write_blk64,
 	.zeroout = rr_io_zeroout,
 	.discard = rr_io_discard,
+	.cache_readahead = rr_io_cache_readahead,
 };
 
 io_manager rr_io_manager = &rr_io_struct;

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * The I/O layer: one io_manager that libext2fs uses for metadata and that the
- * data path uses for file contents, so a journal can later sit here and see
- * every metadata block without changes elsewhere.  Thread-safe: positional
- * reads and writes only, no shared cache.
+ * The I/O layer: one io_manager that every metadata byte crosses (libext2fs's
+ * own I/O, the superblock writes, the orphan file), so a journal can sit here
+ * and see every metadata block; and the data path's handle on the same
+ * device.  Thread-safe: positional reads and writes only, no shared cache.
  */
 #ifndef RRFUSE_IO_H
 #define RRFUSE_IO_H
@@ -21,12 +21,13 @@ void io_set_shared_bdev(int on);
 /* The process holding a flock on fd's file (/proc/locks), 0 if not known. */
 long io_lock_holder(int fd);
 
-int io_fd(io_channel ch);
-/* Data path: whole-buffer positional I/O, retrying short transfers; 0 or -errno. */
-int io_pread_all(int fd, void *buf, size_t len, uint64_t off);
-int io_pwritev_all(int fd, struct iovec *iov, int iovcnt, uint64_t off);
-int io_pwrite_all(int fd, const void *buf, size_t len, uint64_t off);
-int io_flush(int fd);
+/*
+ * The device under the channel, from the same open: the data path's own
+ * handle (file data never crosses libext2fs's channel).  Valid until the
+ * channel closes.  Every metadata byte goes through the channel.
+ */
+struct io_dev;
+struct io_dev *io_dev_of(io_channel ch);
 
 /*
  * The data path's transfers.  With direct I/O on (io_set_direct: mode 1 on,
@@ -37,10 +38,10 @@ int io_flush(int fd);
  * buffered descriptor.  The kernel keeps the two coherent (a direct
  * transfer writes back and drops cached pages of its range first).
  */
-int io_set_direct(io_channel ch, int mode, char *msg, size_t msglen);
-int io_direct_align(io_channel ch);	/* 0 when off */
-int io_data_read(io_channel ch, void *buf, size_t len, uint64_t off);
-int io_data_writev(io_channel ch, struct iovec *iov, int iovcnt, uint64_t off);
-int io_data_write(io_channel ch, const void *buf, size_t len, uint64_t off);
+int io_set_direct(struct io_dev *d, int mode, char *msg, size_t msglen);
+int io_direct_align(struct io_dev *d);	/* 0 when off */
+int io_data_read(struct io_dev *d, void *buf, size_t len, uint64_t off);
+int io_data_writev(struct io_dev *d, struct iovec *iov, int iovcnt, uint64_t off);
+int io_data_write(struct io_dev *d, const void *buf, size_t len, uint64_t off);
 
 #endif

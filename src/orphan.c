@@ -43,8 +43,8 @@
  * counts.  It nests inside the fs lock (fs lock -> orphan lock, never the
  * reverse): the legacy list is written through inodes and the superblock,
  * which libext2fs owns under the fs lock, so every caller holds it.  The
- * orphan file's blocks are our own copies, written with pwrite under the
- * orphan lock alone.  Reads, writes and lookups never come here; the state
+ * orphan file's blocks are our own copies, written through the I/O channel
+ * (a block write, thread-safe) under the orphan lock alone.  Reads, writes and lookups never come here; the state
  * sits on its own cache lines at the end of struct rr_fs.
  */
 #include "orphan.h"
@@ -159,7 +159,7 @@ static int of_write(struct rr_fs *rfs, unsigned int blk)
 		ext2fs_orphan_block_tail(fs, buf)->ob_checksum =
 			ext2fs_cpu_to_le32(ext2fs_do_orphan_file_block_csum(fs, o->of_ino, o->of_gen,
 									     o->of_pblk[blk], buf));
-	ret = io_pwrite_all(rfs->fd, buf, rfs->bsize, o->of_pblk[blk] << rfs->bbits);
+	ret = rr_err(io_channel_write_blk64(fs->io, o->of_pblk[blk], 1, buf));
 	if (ret)
 		rr_log(LOG_ERR, "orphan file block %u: write error: %s", blk, strerror(-ret));
 	return ret;
@@ -261,7 +261,7 @@ static int of_load(struct rr_fs *rfs, char *msg, size_t msglen)
 			return -EUCLEAN;
 		}
 		o->of_pblk[b] = pblk;
-		if (io_pread_all(rfs->fd, buf, rfs->bsize, pblk << rfs->bbits)) {
+		if (io_channel_read_blk64(fs->io, pblk, 1, buf)) {
 			snprintf(msg, msglen, "orphan file (inode %u) block %u cannot be read", ino, b);
 			return -EIO;
 		}

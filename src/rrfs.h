@@ -114,7 +114,7 @@ struct rr_opts {
 struct rr_fs {
 	/* Read-mostly after mount: geometry, options, handles. */
 	ext2_filsys fs;
-	int fd;			/* image or device, for the data path */
+	struct io_dev *dev;	/* the data path's handle on the image or device (io.h) */
 	unsigned int bsize;
 	unsigned int bbits;
 	atomic_int ro;		/* set at mount; errors=remount-ro sets it later */
