@@ -449,7 +449,7 @@ int data_flush_all(struct rr_fs *rfs)
 	return ret;
 }
 
-void data_drop_delayed(struct rr_fs *rfs, struct rr_inode *ri)
+static void data_drop_delayed(struct rr_fs *rfs, struct rr_inode *ri)
 {
 	uint64_t before = atomic_load(&ri->dbuf.blocks), n = dbuf_clear(&ri->dbuf);
 	struct ext2_inode_large in;
@@ -463,6 +463,18 @@ void data_drop_delayed(struct rr_fs *rfs, struct rr_inode *ri)
 		rr_alloc_unreserve(rfs->alloc, n);
 	delay_account(rfs, ri, before);
 }
+
+/* An in-memory inode goes (inode.c, through data_hooks): its delayed data and map with it. */
+static void data_evict(struct rr_fs *rfs, struct rr_inode *ri)
+{
+	data_drop_delayed(rfs, ri);
+	emap_drop(ri);
+}
+
+const struct rr_data_hooks data_hooks = {
+	.flush_all = data_flush_all,
+	.evict = data_evict,
+};
 
 ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size_t size,
 		   uint64_t off, int root, int delay, int *short_err)

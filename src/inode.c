@@ -137,8 +137,8 @@ void rr_iopen(struct rr_fs *rfs, struct rr_inode *ri)
 
 static void rr_inode_free(struct rr_fs *rfs, struct rr_inode *ri)
 {
-	data_drop_delayed(rfs, ri);
-	emap_drop(ri);
+	if (rfs->hooks && rfs->hooks->evict)
+		rfs->hooks->evict(rfs, ri);
 	pthread_rwlock_destroy(&ri->rw);
 	free(ri);
 }

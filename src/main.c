@@ -268,7 +268,7 @@ int main(int argc, char *argv[])
 	 */
 	blkdev = geteuid() == 0 && !stat(c.device, &st) && S_ISBLK(st.st_mode);
 	io_set_shared_bdev(blkdev);
-	r = rr_fs_open(rfs, c.device, &opts, msg, sizeof(msg));
+	r = rr_fs_open(rfs, c.device, &opts, &data_hooks, msg, sizeof(msg));
 	if (r) {
 		fprintf(stderr, "rrfuse: %s\n", msg);
 		free(rfs);

@@ -111,8 +111,23 @@ struct rr_opts {
 	struct rr_alloc_tunables alloc;	/* allocator tunables (-o max_prealloc_kb=, mb_*=) */
 };
 
+struct rr_fs;
+
+/*
+ * What the core (mount.c, commit.c, inode.c) asks of the data layer above
+ * it, without naming it: data.c fills these in (data_hooks) and main.c
+ * hands them to rr_fs_open.  NULL: no data layer (the unit tests).
+ */
+struct rr_data_hooks {
+	/* Delayed data to its blocks: at each commit tick, remount read-only and unmount. */
+	int (*flush_all)(struct rr_fs *rfs);
+	/* An in-memory inode goes: its delayed data and cached block map go with it. */
+	void (*evict)(struct rr_fs *rfs, struct rr_inode *ri);
+};
+
 struct rr_fs {
 	/* Read-mostly after mount: geometry, options, handles. */
+	const struct rr_data_hooks *hooks;
 	ext2_filsys fs;
 	struct io_dev *dev;	/* the data path's handle on the image or device (io.h) */
 	unsigned int bsize;
@@ -162,7 +177,7 @@ struct rr_fs {
 	struct rr_orphans orphans __attribute__((aligned(RR_CACHELINE)));
 };
 
-/* fs.c */
+/* errmap.c */
 /*
  * libext2fs's error code as a negative errno; corruption is a filesystem
  * error, recorded with the caller's function and line (and the inode, with
@@ -171,15 +186,29 @@ struct rr_fs {
 int rr_err_at(errcode_t err, ext2_ino_t ino, const char *func, unsigned int line);
 #define rr_err(err) rr_err_at((err), 0, __func__, __LINE__)
 #define rr_err_ino(err, ino) rr_err_at((err), (ino), __func__, __LINE__)
-int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts, char *msg, size_t msglen);
+
+/* mount.c */
+int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts,
+	       const struct rr_data_hooks *hooks, char *msg, size_t msglen);
+int rr_fs_mark_mounted(struct rr_fs *rfs);
 int rr_fs_close(struct rr_fs *rfs);
+
+/* check.c */
 errcode_t rr_check_desc(ext2_filsys fs);
 errcode_t rr_read_bitmaps(ext2_filsys fs);
-int rr_fs_mark_mounted(struct rr_fs *rfs);
+
+/* commit.c */
 int rr_fs_write_super(struct rr_fs *rfs);
 int rr_fs_commit(struct rr_fs *rfs, int sync);
 int rr_fs_remount(struct rr_fs *rfs, int ro, char *err, size_t errlen);
 void rr_fs_start_commit_thread(struct rr_fs *rfs);
+
+static inline int rr_fs_flush_delayed(struct rr_fs *rfs)
+{
+	return rfs->hooks && rfs->hooks->flush_all ? rfs->hooks->flush_all(rfs) : 0;
+}
+
+/* lock.c */
 void rr_fs_lock(struct rr_fs *rfs);
 void rr_fs_unlock(struct rr_fs *rfs);
 void rr_fs_dirty(struct rr_fs *rfs);
@@ -240,9 +269,9 @@ ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size
 /* Give the inode's delayed data its blocks.  closed: no writer is left (its size is final). */
 int data_flush(struct rr_fs *rfs, struct rr_inode *ri, int closed);
 /* data_flush for every inode with delayed data (commit thread, unmount). */
+extern const struct rr_data_hooks data_hooks;	/* for rr_fs_open */
 int data_flush_all(struct rr_fs *rfs);
 /* Forget the inode's delayed data: the in-memory inode is going (logged unless it was unlinked). */
-void data_drop_delayed(struct rr_fs *rfs, struct rr_inode *ri);
 int data_grow(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size);
 int data_truncate(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size);
 int data_fallocate(struct rr_fs *rfs, struct rr_inode *ri, int mode, uint64_t off, uint64_t len,

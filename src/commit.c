@@ -1,0 +1,188 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Commits: what changed in memory reaches the image at the commit interval
+ * (the commit thread), at fsync, at remount read-only and at unmount; the
+ * superblock's primary copy on its own when the orphan list needs it first.
+ */
+#include "rrfs.h"
+#include "io.h"
+#include "log.h"
+#include "orphan.h"
+#include "error.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/*
+ * The superblock's primary copy, written now: the orphan list's updates are
+ * ordered against inode writes (the commit writes it with everything else
+ * otherwise).  Caller holds the fs lock.  libext2fs's flush writes only what
+ * differs from orig_super, so orig_super learns what is on disk.
+ */
+int rr_fs_write_super(struct rr_fs *rfs)
+{
+	ext2_filsys fs = rfs->fs;
+	struct ext2_super_block sb = *fs->super;
+	errcode_t err;
+	int ret;
+
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+	ext2fs_swap_super(&sb);
+#endif
+	err = ext2fs_superblock_csum_set(fs, &sb);
+	if (err)
+		return rr_err(err);
+	ret = rr_err(io_channel_write_byte(fs->io, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE, &sb));
+	if (!ret && fs->orig_super)
+		memcpy(fs->orig_super, &sb, SUPERBLOCK_SIZE);
+	return ret;
+}
+
+/* At each commit: the MMP block is still ours (libext2fs rewrites it at most once a minute). */
+static void mmp_check(struct rr_fs *rfs)
+{
+	ext2_filsys fs = rfs->fs;
+	errcode_t err;
+
+	if (!ext2fs_has_feature_mmp(fs->super) || (fs->flags & EXT2_FLAG_SKIP_MMP) ||
+	    !(fs->flags & EXT2_FLAG_RW))
+		return;
+	err = ext2fs_mmp_update2(fs, 0);
+	if (err) {
+		rr_log(LOG_CRIT, "multi-mount protection: %s: another node writes this filesystem",
+		       error_message(err));
+		rr_fs_error(err, 0, fs->super->s_mmp_block);
+	}
+}
+
+int rr_fs_commit(struct rr_fs *rfs, int sync)
+{
+	ext2_filsys fs = rfs->fs;
+	errcode_t err = 0;
+	int ret;
+
+	/* After errors=remount-ro, what was done before the error still reaches the image. */
+	if (rfs->ro && !rfs->mounted)
+		return 0;
+	rr_fs_lock(rfs);
+	rr_error_commit(rfs);
+	orphan_commit(rfs);
+	mmp_check(rfs);
+	if (fs->flags & (EXT2_FLAG_DIRTY | EXT2_FLAG_BB_DIRTY | EXT2_FLAG_IB_DIRTY) || rfs->dirty) {
+		err = ext2fs_flush2(fs, EXT2_FLAG_FLUSH_NO_SYNC);
+		if (!err)
+			rfs->dirty = 0;
+	}
+	rr_fs_unlock(rfs);
+	if (err)
+		return rr_err(err);
+	if (sync) {
+		ret = rr_err(io_channel_flush(rfs->fs->io));
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+/*
+ * mount -o remount,ro|rw, told by rrfuse's remount command beside the
+ * kernel's own remount (FUSE does not pass that on).  As ext4_remount: to
+ * read-only, delayed data gets its blocks, everything is committed and the
+ * superblock says "clean" again; to read-write, it says "in use" and
+ * changes are accepted.  The image stays open for writing underneath, so
+ * rw comes back only for a mount that started read-write.
+ */
+int rr_fs_remount(struct rr_fs *rfs, int ro, char *err, size_t errlen)
+{
+	ext2_filsys fs = rfs->fs;
+	int ret;
+
+	if (!fs)
+		return -ESHUTDOWN;
+	if (!ro) {
+		if (!rfs->alloc || !(fs->flags & EXT2_FLAG_RW)) {
+			snprintf(err, errlen, "mounted read-only from the start: unmount and mount read-write");
+			return -EROFS;
+		}
+		if (!rfs->ro)
+			return 0;
+		rr_fs_lock(rfs);
+		fs->super->s_state &= (__u16)~EXT2_VALID_FS;
+		fs->super->s_mtime = (__u32)time(NULL);
+		ext2fs_mark_super_dirty(fs);
+		rfs->mounted = 1;
+		rr_fs_unlock(rfs);
+		ret = rr_fs_commit(rfs, 1);
+		if (ret) {
+			snprintf(err, errlen, "cannot write the superblock: %s", strerror(-ret));
+			return ret;
+		}
+		atomic_store(&rfs->ro, 0);
+		return 0;
+	}
+	if (rfs->ro && !rfs->mounted)
+		return 0;
+	ret = rr_fs_flush_delayed(rfs);
+	if (!ret)
+		ret = rr_fs_commit(rfs, 0);
+	if (ret) {
+		snprintf(err, errlen, "writing out before going read-only: %s", strerror(-ret));
+		return ret;
+	}
+	rr_fs_lock(rfs);
+	atomic_store(&rfs->ro, 1);
+	rr_error_commit(rfs);
+	orphan_commit(rfs);
+	fs->super->s_state = rfs->orig_state;
+	fs->super->s_wtime = (__u32)time(NULL);
+	ext2fs_mark_super_dirty(fs);
+	ret = rr_err(ext2fs_flush2(fs, EXT2_FLAG_FLUSH_NO_SYNC));
+	if (!ret)
+		rfs->mounted = 0;	/* clean: nothing more to write until rw */
+	rr_fs_unlock(rfs);
+	if (!ret)
+		ret = rr_err(io_channel_flush(rfs->fs->io));
+	if (ret)
+		snprintf(err, errlen, "cannot write the superblock: %s", strerror(-ret));
+	return ret;
+}
+
+static void *commit_main(void *arg)
+{
+	struct rr_fs *rfs = arg;
+	struct timespec ts;
+	int ret;
+
+	pthread_mutex_lock(&rfs->commit_lock);
+	while (!rfs->commit_stop) {
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += rfs->opts.commit_secs;
+		pthread_cond_timedwait(&rfs->commit_cond, &rfs->commit_lock, &ts);
+		if (rfs->commit_stop)
+			break;
+		pthread_mutex_unlock(&rfs->commit_lock);
+		/* Periodic writeback: delayed data gets its blocks, then the metadata goes out. */
+		ret = rr_fs_flush_delayed(rfs);
+		if (ret)
+			rr_log(LOG_ERR, "writing delayed data failed: %s", strerror(-ret));
+		ret = rr_fs_commit(rfs, 1);
+		if (ret)
+			rr_log(LOG_ERR, "periodic commit failed: %s", strerror(-ret));
+		pthread_mutex_lock(&rfs->commit_lock);
+	}
+	pthread_mutex_unlock(&rfs->commit_lock);
+	return NULL;
+}
+
+void rr_fs_start_commit_thread(struct rr_fs *rfs)
+{
+	if (rfs->ro || !rfs->opts.commit_secs)
+		return;
+	if (pthread_create(&rfs->commit_thread, NULL, commit_main, rfs) == 0)
+		rfs->commit_running = 1;
+	else
+		rr_log(LOG_ERR, "cannot start the commit thread: metadata reaches the image at fsync and unmount only");
+}

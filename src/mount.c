@@ -1,0 +1,373 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Mounting and unmounting: open the image through the I/O layer, check it
+ * (check.c), attach the allocator and the orphan list, mark it in use and
+ * finish what a crash left; at unmount write everything out and mark it
+ * clean again.
+ */
+#include "rrfs.h"
+#include "io.h"
+#include "log.h"
+#include "orphan.h"
+#include "error.h"
+#include "mount.h"
+#include "mountinfo.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The allocator takes the fs lock itself when an unlocked request must load a group. */
+static void host_lock(void *rfs)
+{
+	rr_fs_lock(rfs);
+}
+
+static void host_unlock(void *rfs)
+{
+	rr_fs_unlock(rfs);
+}
+
+/*
+ * Open the image through our io manager, read-write if rw.  *devro: it
+ * refused writing (a read-only file or device), so it is open read-only.
+ */
+static errcode_t open_image(const char *device, int rw, int *devro, ext2_filsys *fs)
+{
+	/*
+	 * FORCE: libext2fs would refuse unknown features without naming them;
+	 * check_features() does.  SKIP_MMP: multi-mount protection starts only
+	 * once the image is accepted (mmp_begin), so a refusal writes nothing.
+	 */
+	int flags = EXT2_FLAG_64BITS | EXT2_FLAG_EXCLUSIVE | EXT2_FLAG_FORCE | EXT2_FLAG_SKIP_MMP;
+	errcode_t err;
+
+	*devro = 0;
+	io_set_readonly(!rw);
+	err = ext2fs_open2(device, NULL, flags | (rw ? EXT2_FLAG_RW : 0), 0, 0, rr_io_manager, fs);
+	if (rw && (err == EACCES || err == EROFS || err == EPERM)) {
+		io_set_readonly(1);
+		err = ext2fs_open2(device, NULL, flags, 0, 0, rr_io_manager, fs);
+		*devro = !err;
+	}
+	/*
+	 * Bitmaps as red-black trees of extents, not bit arrays: a bit array is
+	 * a bit per block whether used or not (512 MiB of block bitmap for 16
+	 * TiB), filled at mount; the tree grows with the number of used and free
+	 * extents.  The engine tests bits through its buddies, not this map.
+	 */
+	if (!err)
+		(*fs)->default_bitmap_type = EXT2FS_BMAP64_RBTREE;
+	return err;
+}
+
+/*
+ * A read-only mount still finishes a crash's orphans, as the kernel's does
+ * ("orphan cleanup on readonly fs"), unless the image cannot be written.
+ * Returns 1 when fs was reopened read-write for that, 0 otherwise.
+ */
+static int want_readonly_cleanup(const char *device, const char *unwritable, ext2_filsys *fs)
+{
+	int devro;
+
+	if (!orphans_pending(*fs) || ((*fs)->super->s_state & EXT2_ERROR_FS))
+		return 0;
+	if (unwritable) {
+		rr_log(LOG_WARNING, "%s is not writable by rrfuse: skipping orphan cleanup", unwritable);
+		return 0;
+	}
+	ext2fs_close_free(fs);
+	if (!open_image(device, 1, &devro, fs) && !devro)
+		return 1;
+	rr_log(LOG_WARNING, "write access unavailable, skipping orphan cleanup");
+	if (!devro)
+		open_image(device, 0, &devro, fs);
+	return 0;
+}
+
+/* Metadata that cannot be read or written: a filesystem error (the data path's are not). */
+static errcode_t metadata_io_error(unsigned long block, errcode_t error, const char *what)
+{
+	rr_log(LOG_ERR, "I/O error %s metadata block %lu: %s", what, block, error_message(error));
+	rr_fs_io_error(error, block);
+	return error;
+}
+
+static errcode_t metadata_read_error(io_channel ch, unsigned long block, int count, void *data,
+				     size_t size, int actual, errcode_t error)
+{
+	(void)ch, (void)count, (void)data, (void)size, (void)actual;
+	return metadata_io_error(block, error, "reading");
+}
+
+static errcode_t metadata_write_error(io_channel ch, unsigned long block, int count,
+				      const void *data, size_t size, int actual, errcode_t error)
+{
+	(void)ch, (void)count, (void)data, (void)size, (void)actual;
+	return metadata_io_error(block, error, "writing");
+}
+
+/*
+ * Multi-mount protection, for a writable mount of an image that has it: as
+ * e2fsck and the kernel, watch the MMP block for twice its check interval
+ * (so mounting takes that long), then mark it in use until unmount (then
+ * clean again); another node, e2fsck or kernel finds it taken meanwhile.
+ */
+static int mmp_begin(ext2_filsys fs, const char *device, char *msg, size_t msglen)
+{
+	errcode_t err;
+
+	if (!ext2fs_has_feature_mmp(fs->super) || !(fs->flags & EXT2_FLAG_RW))
+		return 0;
+	rr_log(LOG_NOTICE, "%s: multi-mount protection: making sure no other node uses it", device);
+	fs->flags &= ~EXT2_FLAG_SKIP_MMP;
+	err = ext2fs_mmp_start(fs);
+	if (!err)
+		return 0;
+	fs->flags |= EXT2_FLAG_SKIP_MMP;	/* leave the MMP block to whoever holds it */
+	snprintf(msg, msglen, "%s: multi-mount protection: %s", device, error_message(err));
+	return -EBUSY;
+}
+
+int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts,
+	       const struct rr_data_hooks *hooks, char *msg, size_t msglen)
+{
+	ext2_filsys fs = NULL;
+	const char *unwritable;
+	struct rr_mnt mnt;
+	char why[64];
+	errcode_t err;
+	int ret, ro = opts->ro, devro;
+
+	memset(rfs, 0, sizeof(*rfs));
+	rfs->hooks = hooks;
+	rfs->opts = *opts;
+	rfs->device = device;
+	pthread_mutex_init(&rfs->lock, NULL);
+	pthread_mutex_init(&rfs->commit_lock, NULL);
+	pthread_cond_init(&rfs->commit_cond, NULL);
+	pthread_mutex_init(&rfs->delayed.lock, NULL);
+
+	/* Mounted already: say where, at once (a lock held by no mount is waited for: src/io.c). */
+	if (!rr_mnt_of(device, &mnt)) {
+		snprintf(msg, msglen, "%s is in use: mounted on %s (%s), and an image is mounted once at a time",
+			 device, mnt.target, mnt.fstype);
+		return -EBUSY;
+	}
+	err = open_image(device, !ro, &devro, &fs);
+	if (devro) {
+		/* A read-only image file or device: like the kernel, fall back to ro. */
+		rr_log(LOG_WARNING, "%s is write-protected: mounting read-only", device);
+		ro = 1;
+	}
+	if (err) {
+		if (err == EBUSY)
+			snprintf(msg, msglen, "%s is in use (mounted, or opened by another program)", device);
+		else if (err == EXT2_ET_BAD_MAGIC)
+			snprintf(msg, msglen, "%s: not an ext2/3/4 filesystem (bad superblock magic)", device);
+		else
+			snprintf(msg, msglen, "%s: %s", device, error_message(err));
+		return -EINVAL;
+	}
+	ret = check_features(fs, msg, msglen);
+	if (!ret)
+		ret = check_geometry(fs, device, msg, msglen);
+	if (ret) {
+		fs->flags &= ~(EXT2_FLAG_DIRTY | EXT2_FLAG_BB_DIRTY | EXT2_FLAG_IB_DIRTY);
+		ext2fs_close_free(&fs);
+		return ret;
+	}
+	if (fs->blocksize > 65536 || EXT2FS_CLUSTER_RATIO(fs) != 1) {
+		snprintf(msg, msglen, "unsupported block/cluster size");
+		ext2fs_close_free(&fs);
+		return -EOPNOTSUPP;
+	}
+	unwritable = check_unwritable(fs, why, sizeof(why));
+	if (devro && orphans_pending(fs))
+		rr_log(LOG_WARNING, "write access unavailable, skipping orphan cleanup");
+	if (unwritable && !ro) {
+		rr_log(LOG_WARNING, "%s is not writable by rrfuse: mounting read-only", unwritable);
+		ro = 1;
+	} else if (ro && !devro) {
+		rfs->ro_cleanup = want_readonly_cleanup(device, unwritable, &fs);
+		if (!fs) {
+			snprintf(msg, msglen, "%s: cannot reopen the image", device);
+			return -EIO;
+		}
+	}
+	ret = mmp_begin(fs, device, msg, msglen);
+	if (ret) {
+		ext2fs_close_free(&fs);
+		return ret;
+	}
+	err = rr_read_bitmaps(fs);
+	if (err) {
+		snprintf(msg, msglen, "%s: cannot read bitmaps: %s", device, error_message(err));
+		ext2fs_close_free(&fs);
+		return -EIO;
+	}
+
+	rfs->fs = fs;
+	rfs->dev = io_dev_of(fs->io);
+	rfs->bsize = fs->blocksize;
+	rfs->bbits = (unsigned int)(__builtin_ctz(fs->blocksize));
+	ret = io_set_direct(rfs->dev, rfs->opts.direct, msg, msglen);
+	if (ret) {
+		ext2fs_close_free(&fs);
+		rfs->fs = NULL;
+		return ret;
+	}
+	rfs->orig_state = fs->super->s_state;
+	if (!(fs->super->s_state & EXT2_VALID_FS))
+		rr_log(LOG_WARNING, "warning: mounting unchecked fs, running e2fsck is recommended");
+	else if (fs->super->s_state & EXT2_ERROR_FS)
+		rr_log(LOG_WARNING, "warning: mounting fs with errors, running e2fsck is recommended");
+
+	ret = rr_itab_init(&rfs->itab);
+	if (!rfs->opts.alloc.policy[0])
+		rr_alloc_tunables_default(&rfs->opts.alloc);
+	/* -o check also has the allocator verify its buddies after every change. */
+	rfs->opts.alloc.check |= (unsigned int)rfs->opts.check;
+	if (!ret && (!ro || rfs->ro_cleanup))
+		ret = rr_alloc_attach(fs, &rfs->opts.alloc, &rfs->alloc);
+	if (rfs->alloc)
+		rr_alloc_set_lock(rfs->alloc, host_lock, host_unlock, rfs);
+	if (!ret && (!ro || rfs->ro_cleanup)) {
+		ret = orphan_init(rfs, msg, msglen);
+		if (ret && ret != -ENOMEM) {
+			rr_log(LOG_WARNING, "%s: %s: %s; run e2fsck", device, msg,
+			       ro ? "skipping orphan cleanup" : "mounting read-only");
+			ro = 1;
+			rfs->ro_cleanup = 0;
+			rr_alloc_detach(rfs->alloc);
+			rfs->alloc = NULL;
+			ret = 0;
+		}
+	}
+	if (ret) {
+		if (ret == -ENOMEM)
+			snprintf(msg, msglen, "out of memory");
+		orphan_destroy(rfs);
+		if (rfs->alloc)
+			rr_alloc_detach(rfs->alloc);
+		ext2fs_close_free(&rfs->fs);
+		return ret;
+	}
+	if (ro && !rfs->ro_cleanup)
+		fs->flags &= ~EXT2_FLAG_RW;
+	fs->io->read_error = metadata_read_error;
+	fs->io->write_error = metadata_write_error;
+	rr_error_attach(rfs, opts->errors);
+	rfs->ro = ro;
+	rfs->opts.ro = ro;
+	rfs->overhead = check_overhead_blocks(fs);
+	return 0;
+}
+
+/* "orphan cleanup on readonly fs": writable for as long as that takes. */
+static int cleanup_readonly(struct rr_fs *rfs)
+{
+	int ret;
+
+	rr_log(LOG_NOTICE, "orphan cleanup on readonly fs");
+	rfs->ro = 0;
+	orphan_cleanup(rfs);
+	ret = rr_fs_commit(rfs, 1);
+	rfs->ro = 1;
+	rfs->ro_cleanup = 0;
+	ext2fs_mmp_stop(rfs->fs);	/* read-only from here: the MMP block is clean again */
+	rfs->fs->flags &= ~EXT2_FLAG_RW;
+	rr_alloc_detach(rfs->alloc);
+	rfs->alloc = NULL;
+	return ret;
+}
+
+/*
+ * Record the mount in the superblock: from here on a crash leaves an image
+ * that e2fsck checks in full.  Nothing is written to the image before this.
+ * Then finish the orphans a crash left, as the kernel does at mount.
+ */
+int rr_fs_mark_mounted(struct rr_fs *rfs)
+{
+	ext2_filsys fs = rfs->fs;
+
+	int ret;
+
+	if (rfs->ro)
+		return rfs->ro_cleanup ? cleanup_readonly(rfs) : 0;
+	fs->super->s_state &= (__u16)~EXT2_VALID_FS;
+	fs->super->s_mnt_count++;
+	fs->super->s_mtime = (__u32)time(NULL);
+	ext2fs_mark_super_dirty(fs);
+	rfs->mounted = 1;
+	ret = rr_fs_commit(rfs, 1);
+	/* After the mark: a crash while finishing orphans leaves an unclean image. */
+	if (!ret && orphans_pending(fs)) {
+		orphan_cleanup(rfs);
+		ret = rr_fs_commit(rfs, 1);
+	}
+	return ret;
+}
+
+int rr_fs_close(struct rr_fs *rfs)
+{
+	errcode_t err;
+	int ret = 0;
+
+	if (rfs->commit_running) {
+		pthread_mutex_lock(&rfs->commit_lock);
+		rfs->commit_stop = 1;
+		pthread_cond_signal(&rfs->commit_cond);
+		pthread_mutex_unlock(&rfs->commit_lock);
+		pthread_join(rfs->commit_thread, NULL);
+		rfs->commit_running = 0;
+	}
+	if (!rfs->fs)
+		return 0;
+	if (!rfs->ro && rr_fs_flush_delayed(rfs))
+		rr_log(LOG_ERR, "unmount: delayed data could not be written: it is lost");
+	rr_itab_destroy(rfs);
+	free(rfs->delayed.inos);
+	rfs->delayed.inos = NULL;
+	if (rfs->mounted) {
+		orphan_commit(rfs);
+		/*
+		 * Every file is closed and forgotten now: what is still listed
+		 * (a truncate that failed, say with ENOSPC halfway) is finished
+		 * here, as the mount would, so that a clean image has no orphans.
+		 */
+		if (orphans_pending(rfs->fs) || rfs->orphans.of_used) {
+			rr_log(LOG_NOTICE, "unmount: finishing orphans left on the list");
+			orphan_cleanup(rfs);
+			orphan_commit(rfs);
+		}
+		/* A clean unmount: the state the image had when we mounted it, and any error since. */
+		rr_error_commit(rfs);
+		rfs->fs->super->s_state = rfs->orig_state;
+		if (rfs->fs->super->s_last_orphan || rfs->orphans.of_used) {
+			rr_log(LOG_WARNING, "orphans left on the list: leaving the image marked not clean; "
+			       "the next mount or e2fsck finishes them");
+			rfs->fs->super->s_state &= (__u16)~EXT2_VALID_FS;
+		}
+		rfs->fs->super->s_wtime = (__u32)time(NULL);
+		ext2fs_mark_super_dirty(rfs->fs);
+	}
+	if (rfs->alloc)
+		rr_alloc_detach(rfs->alloc);
+	rfs->alloc = NULL;
+	if (rfs->mounted) {
+		err = ext2fs_flush2(rfs->fs, 0);
+		if (err)
+			ret = rr_err(err);
+	}
+	if (!rfs->mounted)
+		rfs->fs->flags &= ~(EXT2_FLAG_DIRTY | EXT2_FLAG_BB_DIRTY | EXT2_FLAG_IB_DIRTY);
+	err = ext2fs_close_free(&rfs->fs);
+	if (err && !ret)
+		ret = rr_err(err);
+	orphan_destroy(rfs);
+	rr_error_detach();
+	return ret;
+}
