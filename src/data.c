@@ -209,7 +209,8 @@ static int set_size(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size, int t
 		}
 	}
 	rr_fs_unlock(rfs);
-	if (!ret)
+	/* Not when unchanged: an overwrite sets only the times, under rw shared. */
+	if (!ret && ri->size != size)
 		ri->size = size;
 	return ret;
 }
