@@ -11,6 +11,7 @@
  */
 #include "io.h"
 #include "log.h"
+#include "trace.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -315,6 +316,7 @@ static errcode_t rr_io_open(const char *name, int flags, io_channel *channel)
 		ch->flags |= CHANNEL_FLAGS_BLOCK_DEVICE;
 	ch->private_data = priv;
 	priv->name = ch->name;
+	trace_io(TRACE_NONE, TRACE_OPEN, 0, 0);
 	*channel = ch;
 	return 0;
 }
@@ -325,6 +327,8 @@ static errcode_t rr_io_close(io_channel ch)
 
 	if (--ch->refcount > 0)
 		return 0;
+	/* Before the lock goes with the descriptor: the trace is complete for whoever waits. */
+	trace_io(TRACE_NONE, TRACE_CLOSE, 0, 0);
 	if (priv->dfd >= 0)
 		close(priv->dfd);
 	close(priv->fd);
@@ -350,7 +354,10 @@ static errcode_t rr_io_read_blk64(io_channel ch, unsigned long long block, int c
 {
 	struct io_dev *priv = ch->private_data;
 	size_t len = io_bytes(ch, count);
-	int ret = io_pread_all(priv->fd, data, len, block * (uint64_t)ch->block_size);
+	int ret;
+
+	trace_io(TRACE_META, TRACE_READ, block * (uint64_t)ch->block_size, len);
+	ret = io_pread_all(priv->fd, data, len, block * (uint64_t)ch->block_size);
 
 	if (ret && ch->read_error)
 		return ch->read_error(ch, (unsigned long)block, count, data, len, 0, -ret);
@@ -362,7 +369,10 @@ static errcode_t rr_io_write_blk64(io_channel ch, unsigned long long block, int 
 {
 	struct io_dev *priv = ch->private_data;
 	size_t len = io_bytes(ch, count);
-	int ret = io_pwrite_all(priv->fd, data, len, block * (uint64_t)ch->block_size);
+	int ret;
+
+	trace_io(TRACE_META, TRACE_WRITE, block * (uint64_t)ch->block_size, len);
+	ret = io_pwrite_all(priv->fd, data, len, block * (uint64_t)ch->block_size);
 
 	if (ret && ch->write_error)
 		return ch->write_error(ch, (unsigned long)block, count, data, len, 0, -ret);
@@ -382,7 +392,10 @@ static errcode_t rr_io_write_blk(io_channel ch, unsigned long block, int count, 
 static errcode_t rr_io_write_byte(io_channel ch, unsigned long offset, int size, const void *data)
 {
 	struct io_dev *priv = ch->private_data;
-	int ret = io_pwrite_all(priv->fd, data, (size_t)size, offset);
+	int ret;
+
+	trace_io(TRACE_META, TRACE_WRITE, offset, (uint64_t)size);
+	ret = io_pwrite_all(priv->fd, data, (size_t)size, offset);
 
 	return ret ? (errcode_t)-ret : 0;
 }
@@ -390,7 +403,10 @@ static errcode_t rr_io_write_byte(io_channel ch, unsigned long offset, int size,
 static errcode_t rr_io_flush(io_channel ch)
 {
 	struct io_dev *priv = ch->private_data;
-	int ret = io_flush(priv->fd);
+	int ret;
+
+	trace_io(TRACE_NONE, TRACE_SYNC, 0, 0);
+	ret = io_flush(priv->fd);
 
 	return ret ? (errcode_t)-ret : 0;
 }
@@ -421,6 +437,7 @@ static errcode_t rr_io_zeroout(io_channel ch, unsigned long long block, unsigned
 	uint64_t off = block * (uint64_t)ch->block_size;
 	uint64_t len = count * (uint64_t)ch->block_size;
 
+	trace_io(TRACE_META, TRACE_WRITE, off, len);
 	while (len) {
 		size_t n = len > sizeof(zero) ? sizeof(zero) : (size_t)len;
 		int ret = io_pwrite_all(priv->fd, zero, n, off);
@@ -444,6 +461,7 @@ static errcode_t rr_io_discard(io_channel ch, unsigned long long block, unsigned
 	uint64_t r[2] = { block * (uint64_t)ch->block_size, count * (uint64_t)ch->block_size };
 	int ret;
 
+	trace_io(TRACE_NONE, TRACE_TRIM, r[0], r[1]);
 	/*
 	 * A fuseblk mount's device is claimed by the kernel, so BLKDISCARD
 	 * cannot take it over to drop the range's page cache and only
@@ -523,6 +541,7 @@ int io_data_read(struct io_dev *priv, void *buf, size_t len, uint64_t off)
 {
 	char *p = buf, *b;
 
+	trace_io(TRACE_DATA, TRACE_READ, off, len);
 	if (!aligned(priv, off, len))
 		return io_pread_all(priv->fd, buf, len, off);
 	if (!((uintptr_t)buf % priv->dalign))
@@ -551,6 +570,7 @@ int io_data_writev(struct io_dev *priv, struct iovec *iov, int iovcnt, uint64_t 
 
 	for (i = 0; i < iovcnt; i++)
 		len += iov[i].iov_len;
+	trace_io(TRACE_DATA, TRACE_WRITE, off, len);
 	if (!aligned(priv, off, len) || !(b = bounce_buf()))
 		return io_pwritev_all(priv->fd, iov, iovcnt, off);
 	/* Gather into the bounce buffer, a full buffer (or the end) at a time. */

@@ -12,6 +12,7 @@
 #include "rrfs.h"
 #include "client.h"
 #include "crash.h"
+#include "trace.h"
 #include "io.h"
 #include "mountinfo.h"
 #include "utab.h"
@@ -35,6 +36,7 @@ struct cmdline {
 	char *mountpoint;	/* as given, for checking before libfuse does */
 	char *commit;
 	char *errors;
+	char *trace;		/* -o trace=FILE */
 	int ro;
 	int norecovery;
 	int no_writeback;
@@ -56,6 +58,7 @@ enum { KEY_RO, KEY_REMOUNT, KEY_NORECOVERY, KEY_HELP, KEY_VERSION, KEY_ALLOC, KE
 static const struct fuse_opt opt_spec[] = {
 	OPT("commit=%s", commit, 0),
 	OPT("errors=%s", errors, 0),
+	OPT("trace=%s", trace, 0),
 	OPT("no_writeback_cache", no_writeback, 1),
 	OPT("delalloc", delalloc, 1),
 	OPT("nodelalloc", delalloc, 0),
@@ -153,6 +156,8 @@ static void usage(const char *prog)
 	       "    -o errors=continue|remount-ro|panic\n"
 	       "                           what a filesystem error does (default: as the image says, tune2fs -e)\n"
 	       "    -o no_writeback_cache  do not use the kernel's writeback cache (default: use it)\n"
+	       "    -o trace=FILE          record every device transfer, flush and discard as fio's iolog v3\n"
+	       "                           (fio --read_iolog replays it), and what each was in FILE.kinds\n"
 	       "    -o delalloc, nodelalloc\n"
 	       "                           choose blocks for written-back pages when they are flushed (last close,\n"
 	       "                           fsync, the commit interval; files past 8 MiB at once), as ext4\n"
@@ -258,6 +263,15 @@ int main(int argc, char *argv[])
 	opts.debug = fo.debug;
 	opts.single = fo.singlethread;
 
+	if (c.trace) {
+		char real[PATH_MAX];
+
+		r = trace_open(c.trace, realpath(c.device, real) ? real : c.device);
+		if (r) {
+			fprintf(stderr, "rrfuse: trace=%s: %s\n", c.trace, strerror(-r));
+			goto out;
+		}
+	}
 	rfs = calloc(1, sizeof(*rfs));
 	if (!rfs)
 		goto out;
@@ -358,10 +372,16 @@ out_fs:
 	free(rfs->utab);
 	free(rfs);
 out:
+	r = trace_close();
+	if (r) {
+		rr_log(LOG_ERR, "trace=%s: %s", c.trace, strerror(-r));
+		ret = 1;
+	}
 	free(c.device);
 	free(c.mountpoint);
 	free(c.commit);
 	free(c.errors);
+	free(c.trace);
 	free(fo.mountpoint);
 	fuse_opt_free_args(&args);
 	return ret;
