@@ -51,23 +51,28 @@ def check_contents(image, digests):
     assert rc == 0, out
 
 
-def test_rrfuse_u_returns_with_the_image_complete():
-    image = make_image(size="1G")
-    m = Mount(image)
+def unmount_and_check(m, cmd, nfiles=48):
+    """Write pending data, unmount with cmd: at its return the daemon has let
+    go of the image (no lock), which is e2fsck-clean and holds the data."""
     m.mount()
     try:
-        digests = write_pending(m.mnt)
-        r = subprocess.run([RRFUSE, "-u", m.mnt], capture_output=True, text=True, timeout=600)
+        if m.image.startswith("/dev/"):
+            assert conftest._mountinfo_entry(m.mnt)[1] == "fuseblk.rrfuse"
+        digests = write_pending(m.mnt, nfiles=nfiles)
+        r = subprocess.run(cmd + [m.mnt], capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stderr
-        # At once: no lock held, e2fsck clean, another mount allowed.
-        assert not image_writer(image)
-        r2 = subprocess.run(["e2fsck", "-fn", image], capture_output=True, text=True)
+        assert not image_writer(m.image), "%s returned before the daemon let go" % cmd
+        r2 = subprocess.run(["e2fsck", "-fn", m.image], capture_output=True, text=True)
         assert r2.returncode == 0, r2.stdout
         m.mounted = False
         m._finish_daemon()
     finally:
         m.cleanup()
-    check_contents(image, digests)
+    check_contents(m.image, digests)
+
+
+def test_rrfuse_u_returns_with_the_image_complete():
+    unmount_and_check(Mount(make_image(size="1G")), [RRFUSE, "-u"])
 
 
 def test_rrfuse_u_refuses_what_is_not_rrfuse(tmp_path):
@@ -93,38 +98,15 @@ def helper():
 
 
 def test_umount8_runs_the_helper_and_waits(helper):
-    image = make_image(size="1G")
-    m = Mount(image)
-    m.mount()
-    try:
-        digests = write_pending(m.mnt)
-        r = subprocess.run(["umount", m.mnt], capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, r.stderr
-        assert not image_writer(image), "umount returned before the daemon let go"
-        m.mounted = False
-        m._finish_daemon()
-    finally:
-        m.cleanup()
-    check_contents(image, digests)
+    unmount_and_check(Mount(make_image(size="1G")), ["umount"])
 
 
 def test_fuseblk_umount_waits_for_the_daemon(loopdev):
     """Root mounts a block device as fuseblk: the kernel's umount waits for
     the daemon's DESTROY, so even umount without a helper returns late enough."""
     dev, image = loopdev
-    m = Mount(dev, mnt=os.path.join(os.path.dirname(image), "mnt"))
-    m.mount()
-    try:
-        assert conftest._mountinfo_entry(m.mnt)[1] == "fuseblk.rrfuse"
-        digests = write_pending(m.mnt, nfiles=24)
-        r = subprocess.run(["umount", "-i", m.mnt], capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, r.stderr
-        assert not image_writer(dev), "umount -i of a fuseblk mount returned before DESTROY"
-        m.mounted = False
-        m._finish_daemon()
-    finally:
-        m.cleanup()
-    check_contents(dev, digests)
+    unmount_and_check(Mount(dev, mnt=os.path.join(os.path.dirname(image), "mnt")), ["umount", "-i"],
+                      nfiles=24)
 
 
 def test_next_mount_waits_for_the_previous_daemon():
