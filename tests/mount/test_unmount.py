@@ -9,14 +9,13 @@ checks or mounts an image while its daemon still holds it."""
 import fcntl
 import hashlib
 import os
-import shutil
 import subprocess
 import time
 
 import pytest
 
 import conftest
-from conftest import (RRFUSE, Mount, file_digest, fsck, image_writer, make_image, pattern,
+from conftest import (RRFUSE, Mount, fsck, image_writer, make_image, pattern,
                       require_binary, require_fuse, require_root, wait_for)
 
 pytestmark = pytest.mark.rrfuse_only
