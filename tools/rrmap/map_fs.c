@@ -40,6 +40,11 @@ int mfs_open(struct map_image *m, const char *path)
 		fprintf(stderr, "rrmap: %s: bigalloc (clusters) is not supported\n", path);
 		return -1;
 	}
+	/*
+	 * The open leaves the bit-array default: 512 MiB for a 16 TiB image,
+	 * here and in ext2fs_check_desc's own map.
+	 */
+	m->fs->default_bitmap_type = EXT2FS_BMAP64_RBTREE;
 	/* descriptors pointing outside their place would have us read anywhere */
 	err = ext2fs_check_desc(m->fs);
 	if (err) {
