@@ -5,9 +5,10 @@
  * An extent here is a leaf entry of the extent tree, as debugfs "ex" lists
  * it; for a block-mapped (ext2/3) file, a run of blocks contiguous both in
  * the file and on disk, as the kernel's FIEMAP reports it.  A fragment is a
- * run contiguous on disk only, which is what filefrag counts as "N extents
- * found" (an extent that starts where the previous one ended on disk does
- * not count again, whatever its logical offset).
+ * run that is where the previous one leads on disk, which is what filefrag
+ * counts as "N extents found": an extent starting at the previous one's
+ * physical start plus the logical distance between them (a hole in the
+ * file skips as many blocks on disk) does not count again.
  *
  * Corrupt trees must not crash or hang us: leaves must come in increasing
  * logical order and lie inside the filesystem, and a file may not visit
@@ -65,7 +66,7 @@ static int mfile_extent(struct mfile_walk *w, uint64_t lblk, uint64_t pblk, uint
 {
 	if (!len || !mfile_in_fs(w->m, pblk, len) || (w->have_last && lblk < w->next_lblk))
 		return -1;
-	if (!w->have_last || pblk != w->next_pblk)
+	if (!w->have_last || pblk != w->next_pblk + (lblk - w->next_lblk))
 		w->frags++;
 	w->extents++;
 	w->have_last = true;

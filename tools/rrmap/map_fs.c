@@ -26,6 +26,7 @@ void mfs_error(const struct map_image *m, errcode_t err, const char *what)
 
 int mfs_open(struct map_image *m, const char *path)
 {
+	blk64_t size;
 	errcode_t err;
 	dgrp_t g;
 
@@ -38,6 +39,13 @@ int mfs_open(struct map_image *m, const char *path)
 	}
 	if (ext2fs_has_feature_bigalloc(m->fs->super)) {
 		fprintf(stderr, "rrmap: %s: bigalloc (clusters) is not supported\n", path);
+		return -1;
+	}
+	/* as e2fsck: a truncated image is corrupt even where nothing we read is missing */
+	err = ext2fs_get_device_size2(path, m->fs->blocksize, &size);
+	if (!err && size < ext2fs_blocks_count(m->fs->super)) {
+		fprintf(stderr, "rrmap: %s: the filesystem has %llu blocks but the device only %llu (truncated?)\n",
+			path, (unsigned long long)ext2fs_blocks_count(m->fs->super), (unsigned long long)size);
 		return -1;
 	}
 	/*

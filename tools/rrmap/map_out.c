@@ -171,12 +171,18 @@ void mout_json(struct map_image *ms, int n, bool groups, bool first, bool last)
 		printf("]\n");
 }
 
+/* Where extent i would start if it followed extent i - 1 on disk (filefrag's "expected"). */
+static uint64_t mout_expected(const struct map_extent *e, uint64_t i)
+{
+	return e[i - 1].pblk + (e[i].lblk - e[i - 1].lblk);
+}
+
 uint64_t mout_fragments(const struct map_extent *e, uint64_t n)
 {
 	uint64_t f = 0;
 
 	for (uint64_t i = 0; i < n; i++)
-		f += !i || e[i].pblk != e[i - 1].pblk + e[i - 1].len;
+		f += !i || e[i].pblk != mout_expected(e, i);
 	return f;
 }
 
@@ -203,8 +209,8 @@ void mout_file_text(const struct map_image *m, const char *path, const struct ma
 	for (uint64_t i = 0; i < n; i++) {
 		char exp[24] = "", flags[48];
 
-		if (i && e[i].pblk != e[i - 1].pblk + e[i - 1].len)
-			snprintf(exp, sizeof(exp), "%" PRIu64 ":", e[i - 1].pblk + e[i - 1].len);
+		if (i && e[i].pblk != mout_expected(e, i))
+			snprintf(exp, sizeof(exp), "%" PRIu64 ":", mout_expected(e, i));
 		printf("%4" PRIu64 ": %8" PRIu64 "..%8" PRIu64 ": %10" PRIu64 "..%10" PRIu64 ": %6" PRIu64
 		       ": %11s %s\n",
 		       i, e[i].lblk, e[i].lblk + e[i].len - 1, e[i].pblk, e[i].pblk + e[i].len - 1, e[i].len, exp,
