@@ -68,6 +68,19 @@ suite() {
 		--opts check --count "${RRFUZZ_COUNT:-500}" --seed "$fuzz_seed" --keep-failed "/var/tmp/rrfuzz-failures-$dir"
 	step "mount tests ($dir)" env RRFUSE="$top/$dir/rrfuse" RRFUSE_OPTS=check /usr/bin/python3 -m pytest -q \
 		-p no:cacheprovider tests/mount "${pytest_args[@]}"
+	evidence_tests "$dir"
+}
+
+# rrmap and rrftl (issue 17): against e2freefrag, debugfs, filefrag and the
+# analytic FTL results; rrmap on fuzzed images (200 cases, or as many as
+# start within 2 minutes: under ASan a case takes about 1.5 s).
+evidence_tests() {
+	local dir=$1
+	step "rrmap and rrftl tests ($dir)" env RRMAP="$top/$dir/rrmap" RRFTL="$top/$dir/rrftl" \
+		RRFUSE="$top/$dir/rrfuse" /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/tools
+	step "fuzzed images for rrmap ($dir)" /usr/bin/python3 tests/fuzz/rrmapfuzz.py --rrmap "$top/$dir/rrmap" \
+		--count "${RRMAPFUZZ_COUNT:-200}" --time-limit "${RRMAPFUZZ_TIME:-120}" --seed "$fuzz_seed" \
+		--keep-failed "/var/tmp/rrmapfuzz-failures-$dir"
 }
 
 # The concurrent tests again under ThreadSanitizer: a report stops the daemon.

@@ -11,6 +11,7 @@
 #include "rrmap.h"
 
 #include <cairo.h>
+#include <fontconfig/fontconfig.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -229,6 +230,9 @@ int mpng_write(struct map_image *ms, int n, const char *out)
 	if (st == CAIRO_STATUS_SUCCESS)
 		st = cairo_surface_write_to_png(s, out);
 	cairo_surface_destroy(s);
+	/* give back the font caches the text took (LeakSanitizer reports them otherwise) */
+	cairo_debug_reset_static_data();
+	FcFini();
 	if (st != CAIRO_STATUS_SUCCESS) {
 		fprintf(stderr, "rrmap: %s: %s\n", out, cairo_status_to_string(st));
 		return -1;
