@@ -95,16 +95,18 @@ def debugfs_blocks(image, ino, bs):
 
 
 def rrmap_file_text(image, path):
-    """rrmap --file, parsed as filefrag -v output is: [(lstart, lend, pstart, pend, len, expected)], count."""
+    """rrmap --file, parsed as filefrag -v output is:
+    [(lstart, lend, pstart, pend, len, expected, flags)], count."""
     return parse_filefrag(run([RRMAP, image, "--file", path]).stdout)
 
 
 def parse_filefrag(out):
     rows = []
     for line in out.splitlines():
-        m = re.match(r"\s*\d+:\s*(\d+)\.\.\s*(\d+):\s*(\d+)\.\.\s*(\d+):\s*(\d+):\s*(\d+)?", line)
+        m = re.match(r"\s*\d+:\s*(\d+)\.\.\s*(\d+):\s*(\d+)\.\.\s*(\d+):\s*(\d+):\s*(?:(\d+):)?\s*(\S*)\s*$",
+                     line)
         if m:
-            rows.append(tuple(int(x) if x else None for x in m.groups()))
+            rows.append(tuple(int(x) if x else None for x in m.groups()[:6]) + (m.group(7),))
     n = int(re.search(r"(\d+) extents? found", out).group(1))
     return rows, n
 
@@ -233,6 +235,16 @@ def _frag_workload(mnt):
         for _ in range(48):
             f.write(data)
     os.symlink("/" + "x" * 200, os.path.join(mnt, "slowlink"))
+    # unwritten extents: a preallocated file, and one written in part and
+    # preallocated past its end
+    fd = os.open(os.path.join(mnt, "prealloc"), os.O_CREAT | os.O_WRONLY, 0o644)
+    os.posix_fallocate(fd, 0, 3 << 20)
+    os.close(fd)
+    fd = os.open(os.path.join(mnt, "partial"), os.O_CREAT | os.O_WRONLY, 0o644)
+    os.pwrite(fd, data[:8192], 0)
+    os.fsync(fd)
+    mh.fallocate(fd, 1, 2 << 20, 256 << 10)        # FALLOC_FL_KEEP_SIZE
+    os.close(fd)
     os.setxattr(os.path.join(mnt, "big"), "user.blob", b"v" * 3000)
     os.unlink(os.path.join(mnt, "small", "f01"))
 
@@ -257,7 +269,7 @@ def test_rrfuse_image_free_space(rrfuse_image):
 def test_rrfuse_image_files(rrfuse_image):
     j = rrmap_json(rrfuse_image, "--groups")
     check_files(rrfuse_image, j)
-    assert j["files"] == 2 + 1 + 1 + 29    # a0 a1, sparse, big, small/ minus 31 deleted
+    assert j["files"] == 2 + 1 + 1 + 2 + 29    # a0 a1, sparse, big, prealloc partial, small/ minus 31 deleted
     assert j["extents_per_file"]["max"] > 1
 
 

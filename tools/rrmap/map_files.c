@@ -6,9 +6,9 @@
  * it; for a block-mapped (ext2/3) file, a run of blocks contiguous both in
  * the file and on disk, as the kernel's FIEMAP reports it.  A fragment is a
  * run that is where the previous one leads on disk, which is what filefrag
- * counts as "N extents found": an extent starting at the previous one's
- * physical start plus the logical distance between them (a hole in the
- * file skips as many blocks on disk) does not count again.
+ * counts as "N extents found": an extent that starts on disk right after
+ * the previous one, or as far after it as it is in the file (a hole
+ * skipping as many blocks on disk), does not count again.
  *
  * Corrupt trees must not crash or hang us: leaves must come in increasing
  * logical order and lie inside the filesystem, and a file may not visit
@@ -66,7 +66,7 @@ static int mfile_extent(struct mfile_walk *w, uint64_t lblk, uint64_t pblk, uint
 {
 	if (!len || !mfile_in_fs(w->m, pblk, len) || (w->have_last && lblk < w->next_lblk))
 		return -1;
-	if (!w->have_last || pblk != w->next_pblk + (lblk - w->next_lblk))
+	if (!w->have_last || (pblk != w->next_pblk && pblk != w->next_pblk + (lblk - w->next_lblk)))
 		w->frags++;
 	w->extents++;
 	w->have_last = true;

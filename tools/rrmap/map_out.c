@@ -171,10 +171,16 @@ void mout_json(struct map_image *ms, int n, bool groups, bool first, bool last)
 		printf("]\n");
 }
 
-/* Where extent i would start if it followed extent i - 1 on disk (filefrag's "expected"). */
+/* Where extent i would start if it followed extent i - 1 on disk, holes included (filefrag's "expected"). */
 static uint64_t mout_expected(const struct map_extent *e, uint64_t i)
 {
 	return e[i - 1].pblk + (e[i].lblk - e[i - 1].lblk);
+}
+
+/* Extent i starts a new fragment: it follows extent i - 1 neither right after it nor across the hole. */
+static bool mout_new_fragment(const struct map_extent *e, uint64_t i)
+{
+	return !i || (e[i].pblk != e[i - 1].pblk + e[i - 1].len && e[i].pblk != mout_expected(e, i));
 }
 
 uint64_t mout_fragments(const struct map_extent *e, uint64_t n)
@@ -182,19 +188,22 @@ uint64_t mout_fragments(const struct map_extent *e, uint64_t n)
 	uint64_t f = 0;
 
 	for (uint64_t i = 0; i < n; i++)
-		f += !i || e[i].pblk != mout_expected(e, i);
+		f += mout_new_fragment(e, i);
 	return f;
 }
 
-/* filefrag -v's flags, in its order */
+/*
+ * filefrag -v's flags, in its order and with its punctuation: the flags
+ * joined by commas, then ",eof" on the extent that reaches the file's size
+ * (so an extent with no other flag shows ",eof", as filefrag prints it).
+ */
 static const char *mout_flags(const struct map_extent *e, uint64_t i, uint64_t n, uint64_t size,
 			      unsigned int bs, char *buf, size_t len)
 {
 	bool last = i + 1 == n, eof = (e[i].lblk + e[i].len) * bs >= size;
 
-	snprintf(buf, len, "%s%s%s%s%s", last ? "last" : "", last && e[i].unwritten ? "," : "",
-		 e[i].unwritten ? "unwritten" : "", eof && (last || e[i].unwritten) ? "," : "",
-		 eof ? "eof" : "");
+	snprintf(buf, len, "%s%s%s%s", last ? "last" : "", last && e[i].unwritten ? "," : "",
+		 e[i].unwritten ? "unwritten" : "", eof ? ",eof" : "");
 	return buf;
 }
 
@@ -209,7 +218,7 @@ void mout_file_text(const struct map_image *m, const char *path, const struct ma
 	for (uint64_t i = 0; i < n; i++) {
 		char exp[24] = "", flags[48];
 
-		if (i && e[i].pblk != mout_expected(e, i))
+		if (i && mout_new_fragment(e, i))
 			snprintf(exp, sizeof(exp), "%" PRIu64 ":", mout_expected(e, i));
 		printf("%4" PRIu64 ": %8" PRIu64 "..%8" PRIu64 ": %10" PRIu64 "..%10" PRIu64 ": %6" PRIu64
 		       ": %11s %s\n",
