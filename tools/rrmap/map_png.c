@@ -215,8 +215,7 @@ int mpng_write(struct map_image *ms, int n, const char *out)
 					ms[i].label ? ms[i].label : "", ms[i].label ? ")" : "");
 	mpng_text(cr, MPNG_MARGIN, 26, MPNG_FONT + 4, title);
 	mpng_text(cr, MPNG_MARGIN, 46, MPNG_FONT - 1,
-		  "one cell per block group (or fixed run of groups, where a caption says so), in address order:"
-		  " left to right, then down");
+		  "one cell per block group (or run of groups, as captioned), left to right, then down");
 
 	x = MPNG_MARGIN;
 	for (int i = 0; i < n; i++) {
