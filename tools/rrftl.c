@@ -38,8 +38,8 @@
  * steady-state figures assume a device that has been filled and then
  * overwritten long enough to forget its initial state).
  *
- * Exit status: 0, 1 for a bad trace or a device that cannot hold it, 2 for a
- * usage error.
+ * Exit status: 0, 1 for a bad trace (the message gives the line), 2 for a
+ * usage error or a geometry GC cannot work with.
  */
 #include <errno.h>
 #include <getopt.h>

@@ -159,15 +159,15 @@ static void mout_json_one(struct map_image *m, bool groups)
 	printf("\n}");
 }
 
-void mout_json(struct map_image *ms, int n, bool groups, bool first, bool last)
+void mout_json(struct map_image *ms, int n, bool groups)
 {
-	if (first && n > 1)
+	if (n > 1)
 		printf("[\n");
 	for (int i = 0; i < n; i++) {
 		mout_json_one(&ms[i], groups);
 		printf(i + 1 < n ? ",\n" : "\n");
 	}
-	if (last && n > 1)
+	if (n > 1)
 		printf("]\n");
 }
 

@@ -159,7 +159,7 @@ int main(int argc, char **argv)
 	if (png && mpng_write(ms, n, png))
 		goto out;
 	if (json) {
-		mout_json(ms, n, groups, true, true);
+		mout_json(ms, n, groups);
 	} else {
 		for (i = 0; i < n; i++) {
 			if (i)

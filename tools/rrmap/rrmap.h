@@ -83,7 +83,7 @@ int mfile_extents(struct map_image *m, const char *path, struct map_extent **out
 
 /* map_out.c */
 void mout_text(struct map_image *m, bool groups);
-void mout_json(struct map_image *ms, int n, bool groups, bool first, bool last);
+void mout_json(struct map_image *ms, int n, bool groups);
 void mout_file_text(const struct map_image *m, const char *path, const struct map_extent *e,
 		    uint64_t n, uint64_t size);
 void mout_file_json(const struct map_image *m, const char *path, const struct map_extent *e,
