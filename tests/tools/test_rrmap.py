@@ -286,6 +286,11 @@ def test_text_agrees_with_json(rrfuse_image):
     e = j["extents_per_file"]
     assert (float(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5))) == \
         (round(e["mean"], 2), e["p50"], e["p99"], e["max"], e["more_than_one"])
+    # the histogram in e2freefrag's own layout, line for line
+    def hist_rows(text):
+        return [l.rstrip() for l in text.splitlines() if re.match(r"\s*\d+[KMGTPE]\.\.\.", l)]
+    theirs = hist_rows(run(["e2freefrag", rrfuse_image]).stdout)
+    assert theirs and hist_rows(out) == theirs
     m = re.search(r"touched \(holding file, directory or symlink blocks\): (\d+)", out)
     assert int(m.group(1)) == j["groups_touched"]
     assert "write" not in out.lower()

@@ -13,18 +13,21 @@ static double mout_pct(uint64_t a, uint64_t b)
 	return b ? 100.0 * a / b : 0;
 }
 
-/* "4K", "128M": e2freefrag's labels of its bucket edges */
-static void mout_size(char *buf, size_t len, uint64_t bytes)
+/*
+ * A bucket's edges as e2freefrag labels them: both in the unit of the lower
+ * edge ("512K...1024K-", then "1M...2M-").
+ */
+static void mout_bucket(char *buf, size_t len, uint64_t lo)
 {
 	static const char units[] = "KMGTPE";
 	int u = 0;
+	uint64_t l = lo >> 10;
 
-	bytes >>= 10;
-	while (bytes >= 1024 && units[u + 1]) {
-		bytes >>= 10;
+	while (l >= 1024 && units[u + 1]) {
+		l >>= 10;
 		u++;
 	}
-	snprintf(buf, len, "%" PRIu64 "%c", bytes, units[u]);
+	snprintf(buf, len, "%5" PRIu64 "%c...%5" PRIu64 "%c-", l, units[u], 2 * l, units[u]);
 }
 
 static void mout_dist_text(const char *what, const struct map_dist *d)
@@ -56,13 +59,12 @@ void mout_text(struct map_image *m, bool groups)
 	printf("HISTOGRAM OF FREE EXTENT SIZES:\n");
 	printf("%s :  %12s  %12s  %s\n", "Extent Size Range", "Free extents", "Free Blocks", "Percent");
 	for (i = 0; i < MAP_HIST; i++) {
-		char lo[24], hi[24];
+		char range[48];
 
 		if (!m->hist_count[i])
 			continue;
-		mout_size(lo, sizeof(lo), (uint64_t)m->blocksize << i);
-		mout_size(hi, sizeof(hi), (uint64_t)m->blocksize << (i + 1));
-		printf("%6s...%6s-  :  %12" PRIu64 "  %12" PRIu64 "  %6.2f%%\n", lo, hi, m->hist_count[i],
+		mout_bucket(range, sizeof(range), (uint64_t)m->blocksize << i);
+		printf("%s  :  %12" PRIu64 "  %12" PRIu64 "  %6.2f%%\n", range, m->hist_count[i],
 		       m->hist_blocks[i], mout_pct(m->hist_blocks[i], m->free_blocks));
 	}
 
