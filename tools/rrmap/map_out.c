@@ -53,9 +53,11 @@ void mout_text(struct map_image *m, bool groups)
 
 	printf("\nfree space: %" PRIu64 " blocks (%.1f %%) in %" PRIu64 " free extents\n", m->free_blocks,
 	       mout_pct(m->free_blocks, m->blocks), m->free_extents);
-	printf("min free extent: %" PRIu64 " KB, max free extent: %" PRIu64 " KB, avg free extent: %" PRIu64 " KB\n",
+	/* e2freefrag's lines, its rounding too (average in whole blocks, then KB) */
+	printf("Min. free extent: %" PRIu64 " KB \nMax. free extent: %" PRIu64 " KB\nAvg. free extent: %" PRIu64
+	       " KB\nNum. free extent: %" PRIu64 "\n\n",
 	       m->min_free * m->blocksize >> 10, m->max_free * m->blocksize >> 10,
-	       m->free_extents ? m->free_blocks / m->free_extents * m->blocksize >> 10 : 0);
+	       m->free_extents ? m->free_blocks / m->free_extents * m->blocksize >> 10 : 0, m->free_extents);
 	printf("HISTOGRAM OF FREE EXTENT SIZES:\n");
 	printf("%s :  %12s  %12s  %s\n", "Extent Size Range", "Free extents", "Free Blocks", "Percent");
 	for (i = 0; i < MAP_HIST; i++) {
