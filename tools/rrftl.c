@@ -38,6 +38,20 @@
  * steady-state figures assume a device that has been filled and then
  * overwritten long enough to forget its initial state).
  *
+ * What the model is checked against (tests/tools/test_rrftl.py): uniform
+ * random single-page overwrites of a filled device under greedy GC reach the
+ * steady state A = a / (a + W0(-a e^-a)), a = 1 + op, of Desnoyers,
+ * "Analytic modeling of SSD write performance", SYSTOR 2012 (and "Analytic
+ * models of SSD write performance", ACM TOS 10(4), 2014: derived for FIFO
+ * cleaning, which greedy approaches as blocks hold more pages) and of Xiang
+ * and Kurkoski, "An improved analytic expression for write amplification in
+ * NAND flash", ICNC 2012 (greedy, op = (T - U) / U as here); Hu et al.,
+ * "Write amplification analysis in flash-based solid state drives", SYSTOR
+ * 2009, simulate greedy cleaning under the same workload.  With 1 MiB blocks
+ * of 4 KiB pages the model gives 8.19, 4.92 and 2.49 at 7, 12 and 28 % where
+ * the formula gives 7.82, 4.85 and 2.48: the GC reserve and the open block
+ * come out of the spare, which weighs most when the spare is small.
+ *
  * Exit status: 0, 1 for a bad trace (the message gives the line), 2 for a
  * usage error or a geometry GC cannot work with.
  */
