@@ -318,11 +318,16 @@ def test_block_mapped_image(workdir):
     check_filefrag(img, tree)
 
 
-def test_png(workdir, rrfuse_image):
+def test_png(workdir):
     need(RRMAP)
-    fresh = os.path.join(workdir, "fresh.img")
-    run(["truncate", "-s", "512M", fresh])
-    run(["mke2fs", "-q", "-t", "ext4", "-g", str(GROUP_BLOCKS), "-F", fresh])
+    fresh, used = os.path.join(workdir, "fresh.img"), os.path.join(workdir, "used.img")
+    for img in (fresh, used):
+        run(["truncate", "-s", "512M", img])
+        run(["mke2fs", "-q", "-t", "ext4", "-g", str(GROUP_BLOCKS), "-F", img])
+    src = os.path.join(workdir, "src")
+    with open(src, "wb") as f:
+        f.write(mh.pattern(2, 40 << 20))
+    mh.debugfs(used, "write %s a" % src, "write %s b" % src, write=True)
 
     def dims(p):
         with open(p, "rb") as f:
@@ -332,7 +337,7 @@ def test_png(workdir, rrfuse_image):
 
     one, two = os.path.join(workdir, "one.png"), os.path.join(workdir, "two.png")
     run([RRMAP, fresh, "--png", one, "--label", "fresh"])
-    run([RRMAP, fresh, rrfuse_image, "--png", two, "--label", "fresh", "--label", "regular"])
+    run([RRMAP, fresh, used, "--png", two, "--label", "fresh", "--label", "used"])
     w1, h1 = dims(one)
     w2, h2 = dims(two)
     assert 300 < w1 < w2 < 4000 and 100 < h1 <= h2 < 3000
