@@ -203,8 +203,11 @@ def test_fresh_image(workdir, mkfs):
     img = os.path.join(workdir, "img")
     run(["truncate", "-s", "300M", img])
     run(["mke2fs", "-q", "-t", "ext4", "-F"] + mkfs + [img])
+    before = (os.stat(img).st_mtime_ns, mh.file_digest(img))
     j = check_free_space(img)
     check_files(img, j)
+    run([RRMAP, img, "--png", os.path.join(workdir, "m.png")])
+    assert (os.stat(img).st_mtime_ns, mh.file_digest(img)) == before, "rrmap wrote to the image"
     assert j["files"] == 0
     assert j["groups_touched"] == 1      # the root directory and lost+found, in group 0
 
