@@ -4,7 +4,7 @@
  * block group in address order (left to right, then down), coloured by the
  * fraction of its blocks in use.  Groups holding a superblock copy get a
  * dot, flex-group leaders (which hold the flex group's bitmaps and inode
- * tables) a frame.  Devices with more groups than MPNG_MAX_CELLS draw a
+ * tables) a frame, groups holding file blocks (touched) a dark corner.  Devices with more groups than MPNG_MAX_CELLS draw a
  * cell per fixed run of groups (a fixed LBA range), so the picture keeps a
  * sensible size.  Drawing and PNG encoding are cairo's.
  */
@@ -25,6 +25,7 @@
 #define MPNG_SUB_H	40	/* a panel's two lines of caption */
 #define MPNG_LEGEND_H	70	/* the colour bar and the marks' key */
 #define MPNG_FONT	13	/* text size, pixels */
+#define MPNG_MIN_W	680	/* narrowest picture: the legend's width */
 
 struct mpng_rgb {
 	double r, g, b;
@@ -95,6 +96,20 @@ static void mpng_text(cairo_t *cr, double x, double y, double size, const char *
 	cairo_show_text(cr, s);
 }
 
+/* The "touched" mark: a black corner edged in white, seen on pale and dark cells alike. */
+static void mpng_corner(cairo_t *cr, double x, double y, double size)
+{
+	cairo_move_to(cr, x, y);
+	cairo_line_to(cr, x - size, y);
+	cairo_line_to(cr, x, y - size);
+	cairo_close_path(cr);
+	cairo_set_source_rgb(cr, 0, 0, 0);
+	cairo_fill_preserve(cr);
+	cairo_set_source_rgb(cr, 1, 1, 1);
+	cairo_set_line_width(cr, 1);
+	cairo_stroke(cr);
+}
+
 static void mpng_panel(cairo_t *cr, const struct map_image *m, const struct mpng_grid *g, double x0,
 		       double y0)
 {
@@ -116,7 +131,7 @@ static void mpng_panel(cairo_t *cr, const struct map_image *m, const struct mpng
 	y0 += MPNG_SUB_H;
 
 	for (unsigned int c = 0; c < g->cells; c++) {
-		uint64_t used = 0, blocks = 0;
+		uint64_t used = 0, blocks = 0, data = 0;
 		bool super = false, leader = false;
 		double x = x0 + (c % g->cols) * px, y = y0 + (c / g->cols) * px;
 		struct mpng_rgb col;
@@ -124,6 +139,7 @@ static void mpng_panel(cairo_t *cr, const struct map_image *m, const struct mpng
 		for (unsigned int k = c * g->per_cell; k < (c + 1) * g->per_cell && k < m->ngroups; k++) {
 			used += m->groups[k].used;
 			blocks += m->groups[k].nblocks;
+			data += m->groups[k].data;
 			super |= m->groups[k].has_super;
 			leader |= m->groups[k].flex_leader;
 		}
@@ -136,6 +152,10 @@ static void mpng_panel(cairo_t *cr, const struct map_image *m, const struct mpng
 			cairo_set_line_width(cr, px >= 16 ? 2 : 1);
 			cairo_rectangle(cr, x + 1, y + 1, px - gap - 2, px - gap - 2);
 			cairo_stroke(cr);
+		}
+		if (data && px >= 8) {
+			/* touched: a corner, so the journal's group does not pass for file data */
+			mpng_corner(cr, x + px - gap - 1, y + px - gap - 1, px / 2.5);
 		}
 		if (super && px >= 6) {
 			cairo_set_source_rgb(cr, 1, 0.8, 0);
@@ -176,6 +196,9 @@ static void mpng_legend(cairo_t *cr, double x0, double y0)
 	cairo_set_source_rgb(cr, 0, 0, 0);
 	mpng_text(cr, x0 + 166, y0 + bar_h + 38, MPNG_FONT - 1,
 		  "flex-group leader (its bitmaps and inode tables)");
+	mpng_corner(cr, x0 + 470, y0 + bar_h + 39, 12);
+	cairo_set_source_rgb(cr, 0, 0, 0);
+	mpng_text(cr, x0 + 476, y0 + bar_h + 38, MPNG_FONT - 1, "holds file blocks (touched)");
 }
 
 int mpng_write(struct map_image *ms, int n, const char *out)
@@ -198,8 +221,8 @@ int mpng_write(struct map_image *ms, int n, const char *out)
 		if (g[i].h + MPNG_SUB_H > h)
 			h = g[i].h + MPNG_SUB_H;
 	}
-	if (w < 620)
-		w = 620;
+	if (w < MPNG_MIN_W)
+		w = MPNG_MIN_W;
 	h += MPNG_TITLE_H + MPNG_LEGEND_H + MPNG_MARGIN;
 	s = cairo_image_surface_create(CAIRO_FORMAT_RGB24, (int)ceil(w), (int)ceil(h));
 	cr = cairo_create(s);
