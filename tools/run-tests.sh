@@ -70,6 +70,20 @@ suite() {
 		-p no:cacheprovider tests/mount "${pytest_args[@]}"
 	# The mixed workloads at once; tools/soak.sh --minutes N for a long one.
 	step "soak, ${RRSOAK_MINUTES:-1} min ($dir)" tools/soak.sh --build "$dir" --minutes "${RRSOAK_MINUTES:-1}" --size 256M
+	evidence_tests "$dir"
+}
+
+# rrmap and rrftl (issue 17): against e2freefrag, debugfs, filefrag and the
+# analytic FTL results (20 s; a minute under ASan); rrmap on fuzzed images
+# (200 cases, or as many as start within a minute: a case takes 0.3 s, 1.5 s
+# under ASan).
+evidence_tests() {
+	local dir=$1
+	step "rrmap and rrftl tests ($dir)" env RRMAP="$top/$dir/rrmap" RRFTL="$top/$dir/rrftl" \
+		RRFUSE="$top/$dir/rrfuse" /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/tools
+	step "fuzzed images for rrmap ($dir)" /usr/bin/python3 tests/fuzz/rrmapfuzz.py --rrmap "$top/$dir/rrmap" \
+		--count "${RRMAPFUZZ_COUNT:-200}" --time-limit "${RRMAPFUZZ_TIME:-60}" --seed "$fuzz_seed" \
+		--keep-failed "/var/tmp/rrmapfuzz-failures-$dir"
 }
 
 # The concurrent tests again under ThreadSanitizer: a report stops the daemon.

@@ -1,0 +1,175 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rrmap: what the allocator did, read offline from an ext4 image or device.
+ *
+ *   rrmap IMAGE|DEVICE [IMAGE2 ...] [--groups] [--json] [--png OUT.png]
+ *         [--label TEXT ...]
+ *   rrmap IMAGE --file PATH [--json]
+ *
+ * Files and their extents, free-space fragmentation (e2freefrag's buckets),
+ * and per block group the used blocks, free extents and largest free
+ * extent; the share of groups touched and how evenly the groups are used.
+ * --png draws one cell per group (or per run of groups on big devices),
+ * the images side by side.  Read-only: nothing is ever written to an image.
+ *
+ * Exit status: 0, 1 if an image cannot be read or is corrupt, 2 for a usage
+ * error.
+ */
+#include "rrmap.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef RRFUSE_VERSION
+#define RRFUSE_VERSION "0.1"
+#endif
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: rrmap IMAGE|DEVICE [IMAGE2 ...] [--groups] [--json] [--png OUT.png]\n"
+		   "             [--label TEXT ...]\n"
+		   "       rrmap IMAGE|DEVICE --file PATH [--json]\n\n"
+		   "What the block allocator left on an ext4 filesystem, read-only.\n\n"
+		   "    --groups       a line per block group: used blocks, blocks of files, free\n"
+		   "                   extents, largest free extent\n"
+		   "    --json         the same figures as JSON (an array for several images)\n"
+		   "    --png OUT.png  a map of the groups, coloured by used fraction; several images\n"
+		   "                   side by side\n"
+		   "    --label TEXT   names the images in order (e.g. the policy), in reports and title\n"
+		   "    --file PATH    that file's extents, as filefrag -v shows them\n"
+		   "    -h, --help     this help\n"
+		   "    -V, --version\n");
+}
+
+static int rrmap_cmp(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Mean, nearest-rank percentiles, max and files above one of v[0..n). */
+static int rrmap_dist(struct map_dist *d, const uint32_t *v, uint64_t n)
+{
+	uint32_t *s;
+	double sum = 0;
+
+	memset(d, 0, sizeof(*d));
+	d->n = n;
+	if (!n)
+		return 0;
+	s = malloc(n * sizeof(*s));
+	if (!s)
+		return -1;
+	memcpy(s, v, n * sizeof(*s));
+	qsort(s, n, sizeof(*s), rrmap_cmp);
+	for (uint64_t i = 0; i < n; i++) {
+		sum += s[i];
+		d->over_one += s[i] > 1;
+	}
+	d->mean = sum / n;
+	/* nearest rank: the smallest value with at least p % of the files at or below it */
+	d->p50 = s[(n * 50 + 99) / 100 - 1];
+	d->p99 = s[(n * 99 + 99) / 100 - 1];
+	d->max = s[n - 1];
+	free(s);
+	return 0;
+}
+
+static int rrmap_scan(struct map_image *m)
+{
+	if (mfile_scan(m) || mfs_scan_free(m))
+		return -1;
+	if (rrmap_dist(&m->ext_dist, m->extents, m->nfiles) || rrmap_dist(&m->frag_dist, m->frags, m->nfiles)) {
+		fprintf(stderr, "rrmap: out of memory\n");
+		return -1;
+	}
+	return 0;
+}
+
+static int rrmap_file(struct map_image *m, const char *path, bool json)
+{
+	struct map_extent *e;
+	uint64_t n, size;
+
+	if (mfile_extents(m, path, &e, &n, &size))
+		return -1;
+	if (json)
+		mout_file_json(m, path, e, n, size);
+	else
+		mout_file_text(m, path, e, n, size);
+	free(e);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "groups", no_argument, NULL, 'g' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "png", required_argument, NULL, 'p' },
+		{ "label", required_argument, NULL, 'l' },
+		{ "file", required_argument, NULL, 'f' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 }
+	};
+	struct map_image ms[RRMAP_MAX_IMAGES];
+	const char *labels[RRMAP_MAX_IMAGES], *png = NULL, *file = NULL;
+	bool groups = false, json = false;
+	int nlabels = 0, n, i, c, ret = 1;
+
+	while ((c = getopt_long(argc, argv, "hV", opts, NULL)) != -1) {
+		switch (c) {
+		case 'g': groups = true; break;
+		case 'j': json = true; break;
+		case 'p': png = optarg; break;
+		case 'f': file = optarg; break;
+		case 'l':
+			if (nlabels == RRMAP_MAX_IMAGES) {
+				fprintf(stderr, "rrmap: at most %d labels\n", RRMAP_MAX_IMAGES);
+				return 2;
+			}
+			labels[nlabels++] = optarg;
+			break;
+		case 'h': usage(stdout); return 0;
+		case 'V': printf("rrmap %s\n", RRFUSE_VERSION); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	n = argc - optind;
+	if (n < 1 || n > RRMAP_MAX_IMAGES || nlabels > n || (file && (n > 1 || png || groups))) {
+		usage(stderr);
+		return 2;
+	}
+	memset(ms, 0, sizeof(ms));
+	for (i = 0; i < n; i++) {
+		ms[i].label = i < nlabels ? labels[i] : NULL;
+		if (mfs_open(&ms[i], argv[optind + i]))
+			goto out;
+		if (file) {
+			ret = rrmap_file(&ms[i], file, json) ? 1 : 0;
+			goto out;
+		}
+		if (rrmap_scan(&ms[i]))
+			goto out;
+	}
+	if (png && mpng_write(ms, n, png))
+		goto out;
+	if (json) {
+		mout_json(ms, n, groups);
+	} else {
+		for (i = 0; i < n; i++) {
+			if (i)
+				printf("\n");
+			mout_text(&ms[i], groups);
+		}
+	}
+	ret = fflush(stdout) ? 1 : 0;
+out:
+	for (i = 0; i < n; i++)
+		mfs_close(&ms[i]);
+	return ret;
+}
