@@ -110,3 +110,29 @@ def test_trace_to_an_unwritable_path_is_refused(tmp_path):
     assert r.returncode != 0
     assert "trace=/nonexistent/dir/t.log" in r.stderr and "No such file" in r.stderr, r.stderr
     assert open(image, "rb").read() == before
+
+
+def test_rrftl_reads_rrfuse_traces(tmp_path):
+    """The flash model takes rrfuse's traces as they are (issue 17's pipeline):
+    every page rrfuse wrote is a host page write to it."""
+    rrftl = os.path.join(os.path.dirname(RRFUSE), "rrftl")
+    if not os.path.exists(rrftl):
+        pytest.skip("no rrftl next to %s" % RRFUSE)
+    image = make_image(size="64M")
+    trace = str(tmp_path / "t.log")
+    m = Mount(image, opts="trace=" + trace)
+    m.mount()
+    try:
+        with open(m.path("f"), "wb") as f:
+            f.write(pattern(5, 2 << 20))
+        m.unmount()
+    finally:
+        m.cleanup()
+    recs = parse(trace, image)
+    pages = sum((off + ln + 4095) // 4096 - off // 4096 for op, off, ln, _ in recs if op == "write")
+    r = subprocess.run([rrftl, trace, "--capacity", "64M", "--op", "7", "--json"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["host_writes"] == pages
+    assert out["syncs"] == sum(1 for op, *_ in recs if op == "sync")
