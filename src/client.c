@@ -30,6 +30,9 @@
 #include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -43,6 +46,10 @@
 #define CLIENT_EXIT_UMOUNT_FAILED 32
 
 #define UMOUNT_HELPER "umount.fuse.rrfuse"
+
+/* fusectl: one directory per live FUSE connection, named by its device minor. */
+#define FUSECTL_DIR "/sys/fs/fuse/connections"
+#define FUSECTL_SUPER_MAGIC 0x65735543
 
 int rr_client_is_umount_helper(const char *argv0)
 {
@@ -79,9 +86,34 @@ static int run_fusermount(const char *mnt, int lazy)
 	return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -EBUSY;
 }
 
-/* Wait for the daemon's lock on the image (fd) to go; 0, or -ETIMEDOUT. */
-static int wait_for_daemon(int fd, const char *source)
+/*
+ * Does the unmounted superblock live on: another mount of it (a bind mount,
+ * one in another namespace) or a lazily detached one still in use?  Then the
+ * daemon goes on serving it and does not let go of the image.
+ */
+static int sb_lives(dev_t dev, const char *fstype)
 {
+	char dir[64];
+	struct statfs sfs;
+	struct stat st;
+
+	if (rr_mnt_dev_mounted(dev) > 0)
+		return 1;
+	/* A fuseblk superblock's device is the block device, not a connection. */
+	if (strcmp(fstype, "fuse.rrfuse") || statfs(FUSECTL_DIR, &sfs) ||
+	    sfs.f_type != FUSECTL_SUPER_MAGIC)
+		return 0;
+	snprintf(dir, sizeof(dir), FUSECTL_DIR "/%u", minor(dev));
+	return !stat(dir, &st);
+}
+
+/*
+ * Wait for the daemon's lock on the image (fd) to go; 0, -ETIMEDOUT, or
+ * -EBUSY when the superblock is still in use elsewhere.
+ */
+static int wait_for_daemon(int fd, const struct rr_mnt *m)
+{
+	const char *source = m->source;
 	struct timespec t0;
 	int noted = 0;
 
@@ -91,6 +123,8 @@ static int wait_for_daemon(int fd, const char *source)
 
 		if (errno != EWOULDBLOCK && errno != EINTR)
 			return -errno;
+		if (sb_lives(m->dev, m->fstype))
+			return -EBUSY;
 		if (ms >= CLIENT_WAIT_SECS * 1000L)
 			return -ETIMEDOUT;
 		if (ms >= CLIENT_NOTE_MS && !noted) {
@@ -170,8 +204,11 @@ int rr_client_unmount(int argc, char *argv[])
 			close(fd);
 		return 0;
 	}
-	ret = wait_for_daemon(fd, m.source);
+	ret = wait_for_daemon(fd, &m);
 	close(fd);
+	/* Mounted elsewhere: this mount point is gone, as asked; the last unmount waits. */
+	if (ret == -EBUSY)
+		return 0;
 	if (ret) {
 		fprintf(stderr, "rrfuse: %s is still held after %d s: the daemon has not finished; "
 			"do not check or mount it yet\n", m.source, CLIENT_WAIT_SECS);

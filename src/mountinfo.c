@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sysmacros.h>
 
 /* Undo mountinfo's octal escapes in place. */
 static void unescape(char *s)
@@ -40,12 +41,14 @@ static void copy(char *dst, size_t len, const char *src)
 static int parse(char *line, struct rr_mnt *m)
 {
 	char *save = NULL, *tok, *f[6];
+	unsigned int maj, min;
 	int n = 0;
 
 	for (tok = strtok_r(line, " \n", &save); tok && n < 6; tok = strtok_r(NULL, " \n", &save))
 		f[n++] = tok;
-	if (n < 6)
+	if (n < 6 || sscanf(f[2], "%u:%u", &maj, &min) != 2)
 		return -1;
+	m->dev = makedev(maj, min);
 	copy(m->target, sizeof(m->target), f[4]);
 	copy(m->opts, sizeof(m->opts), f[5]);
 	/* Optional tags until the lone "-". */
@@ -58,8 +61,10 @@ static int parse(char *line, struct rr_mnt *m)
 	return 0;
 }
 
-/* The last mount whose target (by_source 0) or source (1) is the resolved path. */
-static int find(const char *path, int by_source, struct rr_mnt *out)
+enum find_by { BY_TARGET, BY_SOURCE, BY_DEV };
+
+/* The last mount whose target, source (a resolved path) or device matches. */
+static int find(enum find_by by, const char *path, dev_t dev, struct rr_mnt *out)
 {
 	char want[PATH_MAX], *line = NULL;
 	struct rr_mnt m;
@@ -67,7 +72,7 @@ static int find(const char *path, int by_source, struct rr_mnt *out)
 	int found = 0;
 	FILE *f;
 
-	if (!realpath(path, want))
+	if (by != BY_DEV && !realpath(path, want))
 		return -errno;
 	f = fopen("/proc/self/mountinfo", "re");
 	if (!f)
@@ -75,7 +80,7 @@ static int find(const char *path, int by_source, struct rr_mnt *out)
 	while (getline(&line, &cap, f) > 0) {
 		if (parse(line, &m))
 			continue;
-		if (!strcmp(by_source ? m.source : m.target, want)) {
+		if (by == BY_DEV ? m.dev == dev : !strcmp(by == BY_SOURCE ? m.source : m.target, want)) {
 			*out = m;
 			found = 1;
 		}
@@ -87,12 +92,20 @@ static int find(const char *path, int by_source, struct rr_mnt *out)
 
 int rr_mnt_at(const char *path, struct rr_mnt *m)
 {
-	return find(path, 0, m);
+	return find(BY_TARGET, path, 0, m);
 }
 
 int rr_mnt_of(const char *source, struct rr_mnt *m)
 {
-	return find(source, 1, m);
+	return find(BY_SOURCE, source, 0, m);
+}
+
+int rr_mnt_dev_mounted(dev_t dev)
+{
+	struct rr_mnt m;
+	int ret = find(BY_DEV, NULL, dev, &m);
+
+	return ret == -ENOENT ? 0 : ret ? ret : 1;
 }
 
 int rr_mnt_is_rrfuse(const struct rr_mnt *m)

@@ -8,18 +8,22 @@
 #define RRFUSE_MOUNTINFO_H
 
 #include <limits.h>
+#include <sys/types.h>
 
 struct rr_mnt {
 	char target[PATH_MAX];	/* mount point */
 	char source[PATH_MAX];	/* image or device (rrfuse's fsname) */
 	char fstype[64];	/* "fuse.rrfuse", "fuseblk", "ext4", ... */
 	char opts[256];		/* per-mount options: rw/ro, nosuid, nodev, ... */
+	dev_t dev;		/* the superblock's device: one per FUSE connection */
 };
 
 /* The topmost mount whose mount point is path (resolved); 0, or -errno (-ENOENT: none). */
 int rr_mnt_at(const char *path, struct rr_mnt *m);
 /* A mount of source (an image or device, resolved); 0, or -errno (-ENOENT: none). */
 int rr_mnt_of(const char *source, struct rr_mnt *m);
+/* Is the superblock dev still mounted somewhere this process can see? 1, 0, or -errno. */
+int rr_mnt_dev_mounted(dev_t dev);
 /* Mounted by rrfuse (fuse.rrfuse, or fuseblk with rrfuse's subtype). */
 int rr_mnt_is_rrfuse(const struct rr_mnt *m);
 /* Is the per-mount option opt ("ro", "nosuid", ...) set? */

@@ -157,3 +157,35 @@ def test_image_mounted_already_is_refused_at_once(mount_factory):
     assert r.returncode != 0
     assert "mounted on %s" % os.path.realpath(m.mnt) in r.stderr, r.stderr
     assert conftest._mountinfo_entry(other) is None
+
+
+def test_unmount_of_a_bind_mount_leaves_the_other(mount_factory):
+    """fstests generic/306: the image's mount bound elsewhere, then the first
+    mount point unmounted.  The superblock lives on in the bind mount, so the
+    daemon keeps the image: rrfuse -u returns at once instead of waiting for
+    it, the bind mount still works, and its own unmount is the one that
+    waits for the image to be complete."""
+    require_root("bind mounts")
+    m = mount_factory(size="64M")
+    bind = os.path.join(os.path.dirname(m.image), "bind")
+    os.makedirs(bind)
+    subprocess.run(["mount", "--bind", m.mnt, bind], check=True)
+    try:
+        t0 = time.monotonic()
+        r = subprocess.run([RRFUSE, "-u", m.mnt], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert time.monotonic() - t0 < 20, "rrfuse -u waited for a daemon that serves the bind mount"
+        assert conftest._mountinfo_entry(m.mnt) is None
+        data = pattern(7, 3 << 20)
+        with open(os.path.join(bind, "after"), "wb") as f:
+            f.write(data)
+        assert image_writer(m.image)
+        r = subprocess.run([RRFUSE, "-u", bind], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        assert not image_writer(m.image), "the last unmount returned before the daemon let go"
+    except BaseException:
+        subprocess.run(["umount", "-l", bind])
+        raise
+    m.mounted = False
+    m._finish_daemon()
+    check_contents(m.image, {"after": hashlib.sha256(data).hexdigest()})
