@@ -230,15 +230,15 @@ static void rr_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct ext2_inode_large in;
 	int ret;
 
-	/* With a writer's open file: a write() asking (see rr_inode.lost_enospc), once. */
+	/* With a writer's open file: a write() asking (see rr_inode.lost_err), once. */
 	if (fi && rfs->wbcache && (fi->fh & RR_FH_WRITER)) {
 		struct rr_inode *ri = rr_ipin(rfs, e2ino(ino));
-		int lost = ri && atomic_exchange(&ri->lost_enospc, 0);
+		int lost = ri ? atomic_exchange(&ri->lost_err, 0) : 0;
 
 		if (ri)
 			rr_iunpin(rfs, ri);
 		if (lost) {
-			fuse_reply_err(req, ENOSPC);
+			fuse_reply_err(req, lost);
 			return;
 		}
 	}
@@ -638,11 +638,15 @@ static void rr_write(fuse_req_t req, fuse_ino_t fino, const char *buf, size_t si
 	 */
 	if (n >= 0 && (size_t)n < size && fi->writepage && short_err)
 		n = short_err;
-	lost = n == -ENOSPC && fi->writepage && ri;
+	lost = (n == -ENOSPC || n == -EFBIG) && fi->writepage && ri;
 	if (lost) {
-		atomic_store(&ri->lost_enospc, 1);
-		/* The size the kernel shows is the size the image gets; the lost part a hole. */
-		data_grow(rfs, ri, (uint64_t)off + size);
+		atomic_store(&ri->lost_err, (int)-n);
+		/*
+		 * The size the kernel shows is the size the image gets; the lost
+		 * part a hole.  Past the largest file no size can be kept.
+		 */
+		if (n == -ENOSPC)
+			data_grow(rfs, ri, (uint64_t)off + size);
 	}
 	if (ri)
 		rr_iunpin(rfs, ri);
@@ -655,13 +659,18 @@ static void rr_write(fuse_req_t req, fuse_ino_t fino, const char *buf, size_t si
 	 */
 	if (n > 0 && (rfs->wbcache ? !fi->writepage : (fi->fh & RR_FH_DIRECT)) && !rfs->opts.single)
 		fuse_lowlevel_notify_inval_inode(rfs->se, fino, off, n);
+	/*
+	 * Attributes stale: the writer's next write() asks, and hears the
+	 * error.  Before the reply, or an fsync waiting for this page returns
+	 * and the next write() runs before the kernel hears; offset -1 touches
+	 * no page, so it does not wait for this write-back.
+	 */
+	if (lost)
+		fuse_lowlevel_notify_inval_inode(rfs->se, fino, -1, 0);
 	if (n < 0)
 		fuse_reply_err(req, (int)-n);
 	else
 		fuse_reply_write(req, (size_t)n);
-	/* Attributes stale: the writer's next write() asks, and hears ENOSPC. */
-	if (lost)
-		fuse_lowlevel_notify_inval_inode(rfs->se, fino, -1, 0);
 }
 
 static void rr_release(fuse_req_t req, fuse_ino_t fino, struct fuse_file_info *fi)

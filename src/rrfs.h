@@ -75,12 +75,14 @@ struct rr_inode {
 	atomic_uint xattr_gen;
 	atomic_uint caps_absent;
 	/*
-	 * A page the kernel wrote back was refused for want of space: its
-	 * data is lost, and the kernel would report that only at fsync or
+	 * A page the kernel wrote back was refused (ENOSPC, or EFBIG past the
+	 * largest file: FUSE has no s_maxbytes to stop the write() itself):
+	 * its data is lost, and the kernel would report that only at fsync or
 	 * close.  The next write() revalidates the file's attributes with a
-	 * GETATTR carrying the open file, and fails with that reply's error.
+	 * GETATTR carrying the open file, and fails with that reply's error,
+	 * stored here (0: none).
 	 */
-	atomic_int lost_enospc;
+	atomic_int lost_err;
 	/* i_flags & RR_FL_GUARD, for the data path; changed under the fs lock. */
 	atomic_uint guard;
 };

@@ -560,3 +560,36 @@ def test_writer_that_never_stops_hears_enospc_at_write(mount_factory, opts):
                          text=True).stdout
     assert re.search(r"Size: (\d+)", out).group(1) == str(shown), out
     m.mount()
+
+
+@pytest.mark.rrfuse_only
+def test_write_past_the_largest_file_fails_the_next_write(fs):
+    """ext4's largest file is 2^32 - 1 blocks.  FUSE gives no way to tell the
+    kernel that limit (its s_maxbytes is fixed), so with the writeback cache
+    a write() past it lands in the page cache and fails only when written
+    back (fstests generic/285's huge-file cases).  The write-back error
+    reaches fsync and then the writer's next write(), never the image.
+    The kernel keeps the size it gave the file (under the writeback cache
+    it trusts its own i_size) until the file is truncated."""
+    blksz = os.statvfs(fs.mnt).f_bsize
+    limit = ((1 << 32) - 1) * blksz
+    fd = os.open(fs.path("huge"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.pwrite(fd, b"a" * 4096, 0)
+        try:
+            os.pwrite(fd, b"b" * 4096, limit + (1 << 20))
+        except OSError as e:
+            assert e.errno == errno.EFBIG
+        else:
+            with pytest.raises(OSError) as e:
+                os.fsync(fd)
+            assert e.value.errno == errno.EFBIG
+            with pytest.raises(OSError) as e:
+                os.pwrite(fd, b"c", 1)
+            assert e.value.errno == errno.EFBIG
+        os.pwrite(fd, b"d", 2)
+        os.ftruncate(fd, 4096)
+        os.fsync(fd)
+        assert os.pread(fd, 4, 0) == b"aad" + b"a"
+    finally:
+        os.close(fd)
