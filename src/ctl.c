@@ -6,6 +6,7 @@
  * formats it.
  */
 #include "ctl.h"
+#include "iocache.h"
 #include "log.h"
 #include "rrfs.h"
 
@@ -13,6 +14,21 @@
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+
+static void ctl_cache_stats(struct rr_fs *rfs, struct rrctl_stats *s)
+{
+	struct io_cache_stats c;
+
+	if (io_cache_stats(rfs->fs->io, &c))
+		return;
+	s->cache_blocks = c.blocks;
+	s->cache_dirty = c.dirty;
+	s->cache_max = c.max;
+	s->cache_hits = c.hits;
+	s->cache_misses = c.misses;
+	s->cache_writes = c.writes;
+	s->cache_dropped = c.dropped;
+}
 
 int rr_ctl_is_cmd(unsigned int cmd)
 {
@@ -135,6 +151,7 @@ int rr_ctl(struct rr_fs *rfs, unsigned int cmd, uid_t uid, const void *in, size_
 		rr_fs_lock(rfs);
 		rr_alloc_stats(rfs->alloc, &buf->s);
 		rr_fs_unlock(rfs);
+		ctl_cache_stats(rfs, &buf->s);
 		return 0;
 	default:
 		return ctl_tunable(rfs, cmd, uid, &buf->t);

@@ -34,6 +34,9 @@ struct io_dev {
 	unsigned int dalign;	/* its offset, length and memory alignment */
 	int bdev;		/* a block device */
 	const char *name;	/* the channel's */
+	/* The layer above's hook, called before every data write (io_set_data_write_hook). */
+	void (*data_hook)(void *arg, uint64_t off, uint64_t len);
+	void *data_hook_arg;
 };
 
 /*
@@ -168,6 +171,13 @@ static int lock_image(int fd, int rw, const char *name)
 struct io_dev *io_dev_of(io_channel ch)
 {
 	return ch->private_data;
+}
+
+void io_set_data_write_hook(struct io_dev *d, void (*fn)(void *arg, uint64_t off, uint64_t len),
+			    void *arg)
+{
+	d->data_hook = fn;
+	d->data_hook_arg = arg;
 }
 
 static int io_pread_all(int fd, void *buf, size_t len, uint64_t off)
@@ -570,6 +580,8 @@ int io_data_writev(struct io_dev *priv, struct iovec *iov, int iovcnt, uint64_t 
 
 	for (i = 0; i < iovcnt; i++)
 		len += iov[i].iov_len;
+	if (priv->data_hook)
+		priv->data_hook(priv->data_hook_arg, off, len);
 	trace_io(TRACE_DATA, TRACE_WRITE, off, len);
 	if (!aligned(priv, off, len) || !(b = bounce_buf()))
 		return io_pwritev_all(priv->fd, iov, iovcnt, off);

@@ -3,7 +3,8 @@
  * The I/O layer: one io_manager that every metadata byte crosses (libext2fs's
  * own I/O, the superblock writes, the orphan file), so a journal can sit here
  * and see every metadata block; and the data path's handle on the same
- * device.  Thread-safe: positional reads and writes only, no shared cache.
+ * device.  Thread-safe: positional reads and writes only.  The metadata
+ * cache (iocache.h) is a manager stacked on this one.
  */
 #ifndef RRFUSE_IO_H
 #define RRFUSE_IO_H
@@ -43,5 +44,13 @@ int io_direct_align(struct io_dev *d);	/* 0 when off */
 int io_data_read(struct io_dev *d, void *buf, size_t len, uint64_t off);
 int io_data_writev(struct io_dev *d, struct iovec *iov, int iovcnt, uint64_t off);
 int io_data_write(struct io_dev *d, const void *buf, size_t len, uint64_t off);
+
+/*
+ * A layer stacked on this one that keeps copies of blocks (the metadata
+ * cache) learns here, before every data write, which bytes file data is
+ * about to overwrite.  Set before the data path starts; fn may be NULL.
+ */
+void io_set_data_write_hook(struct io_dev *d, void (*fn)(void *arg, uint64_t off, uint64_t len),
+			    void *arg);
 
 #endif

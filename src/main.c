@@ -14,6 +14,7 @@
 #include "crash.h"
 #include "trace.h"
 #include "io.h"
+#include "iocache.h"
 #include "mountinfo.h"
 #include "utab.h"
 #include "rrfuse/num.h"
@@ -35,6 +36,7 @@ struct cmdline {
 	char *device;
 	char *mountpoint;	/* as given, for checking before libfuse does */
 	char *commit;
+	char *cache_mb;
 	char *errors;
 	char *trace;		/* -o trace=FILE */
 	int ro;
@@ -54,9 +56,13 @@ struct cmdline {
 
 enum { KEY_RO, KEY_REMOUNT, KEY_NORECOVERY, KEY_HELP, KEY_VERSION, KEY_ALLOC, KEY_RRALLOC };
 
+/* The largest metadata cache -o cache_mb= takes, MiB. */
+#define CACHE_MB_MAX 65536
+
 #define OPT(t, p, v) { t, offsetof(struct cmdline, p), v }
 static const struct fuse_opt opt_spec[] = {
 	OPT("commit=%s", commit, 0),
+	OPT("cache_mb=%s", cache_mb, 0),
 	OPT("errors=%s", errors, 0),
 	OPT("trace=%s", trace, 0),
 	OPT("no_writeback_cache", no_writeback, 1),
@@ -153,6 +159,7 @@ static void usage(const char *prog)
 	       "    -o ro                  mount read-only (default: read-write); orphans left by a crash\n"
 	       "                           are finished first unless the image is write-protected, as ext4\n"
 	       "    -o commit=SECONDS      write dirty metadata at least this often (default 5; 0 = only at fsync/unmount)\n"
+	       "    -o cache_mb=N          metadata block cache, MiB (default 32; 0 = none, every write to the device)\n"
 	       "    -o errors=continue|remount-ro|panic\n"
 	       "                           what a filesystem error does (default: as the image says, tune2fs -e)\n"
 	       "    -o no_writeback_cache  do not use the kernel's writeback cache (default: use it)\n"
@@ -242,6 +249,16 @@ int main(int argc, char *argv[])
 		fprintf(stderr, "rrfuse: bad value for commit=: '%s' (seconds, 0..86400: decimal, 0x hex, 0 octal)\n",
 			c.commit);
 		goto out;
+	}
+	if (c.cache_mb) {
+		unsigned int mb;
+
+		if (rr_parse_u32(c.cache_mb, &mb) || mb > CACHE_MB_MAX) {
+			fprintf(stderr, "rrfuse: bad value for cache_mb=: '%s' (MiB, 0..%u)\n", c.cache_mb,
+				CACHE_MB_MAX);
+			goto out;
+		}
+		io_cache_set_mb(mb);
 	}
 	if (c.errors && (opts.errors = rr_errors_parse(c.errors)) < 0) {
 		fprintf(stderr, "rrfuse: bad value for errors=: '%s' (continue, remount-ro or panic)\n",
@@ -380,6 +397,7 @@ out:
 	free(c.device);
 	free(c.mountpoint);
 	free(c.commit);
+	free(c.cache_mb);
 	free(c.errors);
 	free(c.trace);
 	free(fo.mountpoint);

@@ -7,6 +7,7 @@
  */
 #include "rrfs.h"
 #include "io.h"
+#include "iocache.h"
 #include "log.h"
 #include "orphan.h"
 #include "error.h"
@@ -46,10 +47,10 @@ static errcode_t open_image(const char *device, int rw, int *devro, ext2_filsys 
 
 	*devro = 0;
 	io_set_readonly(!rw);
-	err = ext2fs_open2(device, NULL, flags | (rw ? EXT2_FLAG_RW : 0), 0, 0, rr_io_manager, fs);
+	err = ext2fs_open2(device, NULL, flags | (rw ? EXT2_FLAG_RW : 0), 0, 0, rr_cache_io_manager, fs);
 	if (rw && (err == EACCES || err == EROFS || err == EPERM)) {
 		io_set_readonly(1);
-		err = ext2fs_open2(device, NULL, flags, 0, 0, rr_io_manager, fs);
+		err = ext2fs_open2(device, NULL, flags, 0, 0, rr_cache_io_manager, fs);
 		*devro = !err;
 	}
 	/*
@@ -210,7 +211,7 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 	}
 
 	rfs->fs = fs;
-	rfs->dev = io_dev_of(fs->io);
+	rfs->dev = io_dev_of(io_cache_lower(fs->io));
 	rfs->bsize = fs->blocksize;
 	rfs->bbits = (unsigned int)(__builtin_ctz(fs->blocksize));
 	ret = io_set_direct(rfs->dev, rfs->opts.direct, msg, msglen);

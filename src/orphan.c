@@ -48,6 +48,7 @@
  * sits on its own cache lines at the end of struct rr_fs.
  */
 #include "orphan.h"
+#include "iocache.h"
 #include "io.h"
 #include "log.h"
 #include "rrfs.h"
@@ -413,6 +414,13 @@ int orphan_add(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in)
 	}
 	if (ret)
 		ent_free(o, e);
+	/*
+	 * On the device now, with the change that made the inode an orphan
+	 * (the unlink, the truncate): a daemon killed later leaves an image
+	 * whose next mount finishes the job, as when nothing was cached.
+	 */
+	if (!ret)
+		ret = rr_err(io_cache_writeback(rfs->fs->io));
 	pthread_mutex_unlock(&o->lock);
 	return ret;
 }

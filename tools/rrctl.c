@@ -194,6 +194,12 @@ static int stats(int fd)
 	if (ctl(fd, RRCTL_STATS, &s, "statistics"))
 		return -1;
 	mb_format_stats(stdout, &s);
+	printf("metadata cache: %llu blocks (%llu dirty) of %llu; %llu hits, %llu misses; "
+	       "%llu write-back writes; %llu dropped for file data\n",
+	       (unsigned long long)s.cache_blocks, (unsigned long long)s.cache_dirty,
+	       (unsigned long long)s.cache_max, (unsigned long long)s.cache_hits,
+	       (unsigned long long)s.cache_misses, (unsigned long long)s.cache_writes,
+	       (unsigned long long)s.cache_dropped);
 	return 0;
 }
 

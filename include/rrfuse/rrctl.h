@@ -87,7 +87,12 @@ struct rrctl_stats {
 	uint64_t buddies_generated, buddies_time_ns, preallocated, discarded;
 	uint64_t cr_hits[RRCTL_NCR], cr_considered[RRCTL_NCR], cr_extents[RRCTL_NCR];
 	uint64_t cr_useless[RRCTL_NCR];
-	uint64_t reserved[8];
+	/* The metadata block cache (all 0 with cache_mb=0): blocks held, dirty, the bound;
+	 * blocks read from memory and from the device; write-back syscalls; blocks
+	 * dropped because file data overwrote them. */
+	uint64_t cache_blocks, cache_dirty, cache_max, cache_hits, cache_misses, cache_writes;
+	uint64_t cache_dropped;
+	uint64_t reserved[1];
 };
 
 /*

@@ -98,7 +98,7 @@ def test_written_back_data_waits_in_the_daemon():
             os.close(fd)
         # The release after the last close gives it its blocks (the kernel
         # sends RELEASE without waiting): one extent, exactly its size.
-        wait_for(lambda: lengths(image, "f"))
+        wait_for(lambda: lengths(image, "f"), timeout=15)  # at the next commit
         assert lengths(image, "f") == [769]
         assert before - free_blocks(mnt) == 769
         with open(path, "rb") as f:

@@ -1,0 +1,622 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rr_cache: the metadata block cache, an io_manager over the device manager.
+ *
+ * Coherence with the data path, which writes the same device through its
+ * own handle (io_data_write), is why there was no cache before.  The rules,
+ * and where each is kept:
+ *  - A block freed as metadata and reused for file data is never
+ *    overwritten later by a stale cached copy: the device manager calls
+ *    cache_data_written (its data-write hook) before every data write, and
+ *    the copy is dropped, dirty or not.  Write-back holds the cache lock
+ *    while it writes, so a data write either waits for it or has dropped
+ *    the block before write-back looks.
+ *  - A block the device manager zeroes or discards is dropped first
+ *    (cache_zeroout, cache_discard).
+ *  - Writes addressed in bytes (the superblock, rr_fs_write_super) go to the
+ *    device after every dirty block: metadata reaches the device in the
+ *    order it was written wherever the order matters to the orphan list
+ *    (which also calls io_cache_writeback after each change).
+ *  - Blocks freed in a commit are not reused before it is on disk: not kept
+ *    yet; the journal needs it (the allocator's side, not this file's).
+ * Every entry point takes cache.lock, taken after the fs lock (callers hold
+ * it for metadata) and before nothing.
+ */
+#include "iocache.h"
+#include "io.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The longest run of blocks one write-back syscall carries. */
+#define CACHE_RUN_MAX 256
+/* Dirty blocks may fill this share of the cache (in 1/8) before they are written back. */
+#define CACHE_DIRTY_EIGHTHS 6
+/* At least this many blocks, whatever cache_mb says (0 turns the cache off instead). */
+#define CACHE_MIN_BLOCKS 64
+
+static unsigned int cache_mb = IO_CACHE_MB_DEFAULT;
+
+struct cache_ent {
+	blk64_t blk;
+	struct cache_ent *hnext;	/* hash chain */
+	struct cache_ent *prev, *next;	/* recency: most recent after the head */
+	int dirty;
+	unsigned char data[];
+};
+
+struct cache {
+	io_channel lower;
+	pthread_mutex_t lock;
+	/* protected by lock: */
+	struct cache_ent **hash;
+	size_t nbuckets;
+	struct cache_ent lru;		/* sentinel of the recency list */
+	size_t n, ndirty, max;
+	unsigned int bsize;
+	struct io_cache_stats st;
+};
+
+void io_cache_set_mb(unsigned int mb)
+{
+	cache_mb = mb;
+}
+
+static struct cache *cache_of(io_channel ch)
+{
+	return ch->manager == rr_cache_io_manager ? ch->private_data : NULL;
+}
+
+io_channel io_cache_lower(io_channel ch)
+{
+	struct cache *c = cache_of(ch);
+
+	return c ? c->lower : ch;
+}
+
+static size_t bucket(const struct cache *c, blk64_t blk)
+{
+	return (size_t)((blk * 0x9E3779B97F4A7C15ULL) >> 20) & (c->nbuckets - 1);
+}
+
+static struct cache_ent *lookup(struct cache *c, blk64_t blk)
+{
+	struct cache_ent *e;
+
+	for (e = c->hash[bucket(c, blk)]; e; e = e->hnext)
+		if (e->blk == blk)
+			return e;
+	return NULL;
+}
+
+static void lru_unlink(struct cache_ent *e)
+{
+	e->prev->next = e->next;
+	e->next->prev = e->prev;
+}
+
+static void lru_front(struct cache *c, struct cache_ent *e)
+{
+	e->next = c->lru.next;
+	e->prev = &c->lru;
+	c->lru.next->prev = e;
+	c->lru.next = e;
+}
+
+static void drop(struct cache *c, struct cache_ent *e)
+{
+	struct cache_ent **p = &c->hash[bucket(c, e->blk)];
+
+	while (*p != e)
+		p = &(*p)->hnext;
+	*p = e->hnext;
+	lru_unlink(e);
+	if (e->dirty)
+		c->ndirty--;
+	c->n--;
+	free(e);
+}
+
+static void drop_range(struct cache *c, blk64_t blk, uint64_t count)
+{
+	struct cache_ent *e, *next;
+
+	if (!c->n)
+		return;
+	if (count > c->n) {
+		/* Wider than the cache: walk the cache, not the range. */
+		for (e = c->lru.next; e != &c->lru; e = next) {
+			next = e->next;
+			if (e->blk >= blk && e->blk - blk < count)
+				drop(c, e);
+		}
+		return;
+	}
+	for (; count; count--, blk++) {
+		e = lookup(c, blk);
+		if (e)
+			drop(c, e);
+	}
+}
+
+static int by_block(const void *a, const void *b)
+{
+	const struct cache_ent *x = *(struct cache_ent *const *)a, *y = *(struct cache_ent *const *)b;
+
+	return x->blk < y->blk ? -1 : x->blk > y->blk;
+}
+
+/* Every dirty block to the device, in block order, runs merged into one write each. */
+static errcode_t writeback(struct cache *c)
+{
+	struct cache_ent **v, *e;
+	unsigned char *run = NULL;
+	errcode_t err = 0;
+	size_t i, k = 0, start;
+
+	if (!c->ndirty)
+		return 0;
+	v = malloc(c->ndirty * sizeof(*v));
+	run = malloc((size_t)CACHE_RUN_MAX * c->bsize);
+	if (!v || !run) {
+		free(v);
+		free(run);
+		return EXT2_ET_NO_MEMORY;
+	}
+	for (e = c->lru.next; e != &c->lru; e = e->next)
+		if (e->dirty)
+			v[k++] = e;
+	qsort(v, k, sizeof(*v), by_block);
+	for (start = 0; start < k && !err; start = i) {
+		for (i = start + 1; i < k && i - start < CACHE_RUN_MAX && v[i]->blk == v[i - 1]->blk + 1; i++)
+			;
+		if (i - start == 1) {
+			err = io_channel_write_blk64(c->lower, v[start]->blk, 1, v[start]->data);
+		} else {
+			size_t j;
+
+			for (j = start; j < i; j++)
+				memcpy(run + (j - start) * c->bsize, v[j]->data, c->bsize);
+			err = io_channel_write_blk64(c->lower, v[start]->blk, (int)(i - start), run);
+		}
+		if (err)
+			break;
+		c->st.writes++;
+		c->st.written += i - start;
+		for (; start < i; start++) {
+			v[start]->dirty = 0;
+			c->ndirty--;
+		}
+	}
+	free(run);
+	free(v);
+	return err;
+}
+
+/* Room for one more block: the least recently used clean block goes. */
+static errcode_t make_room(struct cache *c)
+{
+	struct cache_ent *e;
+	errcode_t err;
+
+	if (c->ndirty >= c->max / 8 * CACHE_DIRTY_EIGHTHS) {
+		err = writeback(c);
+		if (err)
+			return err;
+	}
+	while (c->n >= c->max) {
+		for (e = c->lru.prev; e != &c->lru && e->dirty; e = e->prev)
+			;
+		if (e == &c->lru)
+			return writeback(c);	/* all dirty: written, then evictable */
+		drop(c, e);
+	}
+	return 0;
+}
+
+static struct cache_ent *insert(struct cache *c, blk64_t blk, const void *data)
+{
+	struct cache_ent *e;
+
+	if (make_room(c))
+		return NULL;
+	e = malloc(sizeof(*e) + c->bsize);
+	if (!e)
+		return NULL;
+	e->blk = blk;
+	e->dirty = 0;
+	memcpy(e->data, data, c->bsize);
+	e->hnext = c->hash[bucket(c, blk)];
+	c->hash[bucket(c, blk)] = e;
+	lru_front(c, e);
+	c->n++;
+	return e;
+}
+
+static void clear(struct cache *c)
+{
+	while (c->lru.next != &c->lru)
+		drop(c, c->lru.next);
+}
+
+/* Empty, for blocks of bsize bytes: the bound in blocks, a hash table to match. */
+static errcode_t shape(struct cache *c, unsigned int bsize)
+{
+	size_t buckets;
+
+	clear(c);
+	c->bsize = bsize;
+	c->max = (size_t)cache_mb * 1024 * 1024 / bsize;
+	if (c->max < CACHE_MIN_BLOCKS)
+		c->max = CACHE_MIN_BLOCKS;
+	for (buckets = 1024; buckets < c->max; buckets <<= 1)
+		;
+	free(c->hash);
+	c->nbuckets = buckets;
+	c->hash = calloc(buckets, sizeof(*c->hash));
+	if (!c->hash) {
+		c->nbuckets = 0;
+		c->max = 0;
+		return EXT2_ET_NO_MEMORY;
+	}
+	return 0;
+}
+
+/* The device manager's hook: file data is about to overwrite [off, off+len). */
+static void cache_data_written(void *arg, uint64_t off, uint64_t len)
+{
+	struct cache *c = arg;
+	uint64_t first, last;
+
+	if (!len)
+		return;
+	pthread_mutex_lock(&c->lock);
+	if (c->n) {
+		first = off / c->bsize;
+		last = (off + len - 1) / c->bsize;
+		c->st.dropped += c->n;
+		drop_range(c, first, last - first + 1);
+		c->st.dropped -= c->n;
+	}
+	pthread_mutex_unlock(&c->lock);
+}
+
+static errcode_t cache_open(const char *name, int flags, io_channel *channel)
+{
+	struct cache *c = NULL;
+	io_channel ch = NULL, lower = NULL;
+	errcode_t err;
+
+	err = rr_io_manager->open(name, flags, &lower);
+	if (err)
+		return err;
+	if (!cache_mb) {
+		*channel = lower;	/* no cache: the device manager alone */
+		return 0;
+	}
+	err = ext2fs_get_memzero(sizeof(*ch), &ch);
+	if (!err)
+		err = ext2fs_get_memzero(sizeof(*c), &c);
+	if (!err)
+		err = ext2fs_get_mem(strlen(name) + 1, &ch->name);
+	if (!err) {
+		c->lru.next = c->lru.prev = &c->lru;
+		err = shape(c, (unsigned int)lower->block_size);
+	}
+	if (err) {
+		if (c)
+			free(c->hash);
+		ext2fs_free_mem(&c);
+		if (ch)
+			ext2fs_free_mem(&ch->name);
+		ext2fs_free_mem(&ch);
+		io_channel_close(lower);
+		return err;
+	}
+	strcpy(ch->name, name);
+	pthread_mutex_init(&c->lock, NULL);
+	c->lower = lower;
+	ch->magic = EXT2_ET_MAGIC_IO_CHANNEL;
+	ch->manager = rr_cache_io_manager;
+	ch->block_size = lower->block_size;
+	ch->refcount = 1;
+	ch->flags = lower->flags;
+	ch->private_data = c;
+	io_set_data_write_hook(io_dev_of(lower), cache_data_written, c);
+	*channel = ch;
+	return 0;
+}
+
+static errcode_t cache_close(io_channel ch)
+{
+	struct cache *c = ch->private_data;
+	errcode_t err;
+
+	if (--ch->refcount > 0)
+		return 0;
+	pthread_mutex_lock(&c->lock);
+	err = writeback(c);
+	clear(c);
+	pthread_mutex_unlock(&c->lock);
+	io_set_data_write_hook(io_dev_of(c->lower), NULL, NULL);
+	if (!err)
+		err = io_channel_close(c->lower);
+	else
+		io_channel_close(c->lower);
+	pthread_mutex_destroy(&c->lock);
+	free(c->hash);
+	ext2fs_free_mem(&ch->private_data);
+	ext2fs_free_mem(&ch->name);
+	ext2fs_free_mem(&ch);
+	return err;
+}
+
+static errcode_t cache_set_blksize(io_channel ch, int blksize)
+{
+	struct cache *c = ch->private_data;
+	errcode_t err;
+
+	pthread_mutex_lock(&c->lock);
+	err = writeback(c);
+	if (!err)
+		err = io_channel_set_blksize(c->lower, blksize);
+	if (!err && (unsigned int)blksize != c->bsize)
+		err = shape(c, (unsigned int)blksize);
+	if (!err)
+		ch->block_size = blksize;
+	pthread_mutex_unlock(&c->lock);
+	return err;
+}
+
+/* Is any block of [blk, blk+count) dirty here? */
+static int any_dirty(struct cache *c, blk64_t blk, uint64_t count)
+{
+	struct cache_ent *e;
+
+	if (!c->ndirty)
+		return 0;
+	for (e = c->lru.next; e != &c->lru; e = e->next)
+		if (e->dirty && e->blk >= blk && e->blk - blk < count)
+			return 1;
+	return 0;
+}
+
+static errcode_t cache_read_blk64(io_channel ch, unsigned long long block, int count, void *data)
+{
+	struct cache *c = ch->private_data;
+	unsigned char *p = data;
+	struct cache_ent *e;
+	errcode_t err = 0;
+	int i, miss = 0;
+
+	pthread_mutex_lock(&c->lock);
+	if (count < 0) {
+		/* Bytes (the superblock at open): from the device, after what is dirty there. */
+		uint64_t bytes = (uint64_t)-count;
+
+		if (any_dirty(c, block, (bytes + c->bsize - 1) / c->bsize))
+			err = writeback(c);
+		if (!err)
+			err = io_channel_read_blk64(c->lower, block, count, data);
+		pthread_mutex_unlock(&c->lock);
+		return err;
+	}
+	for (i = 0; i < count && !miss; i++)
+		miss = !lookup(c, block + (unsigned int)i);
+	if (miss) {
+		c->st.misses += (uint64_t)count;
+		err = io_channel_read_blk64(c->lower, block, count, data);
+		if (err) {
+			pthread_mutex_unlock(&c->lock);
+			return err;
+		}
+	} else {
+		c->st.hits += (uint64_t)count;
+	}
+	for (i = 0; i < count; i++, p += c->bsize) {
+		e = lookup(c, block + (unsigned int)i);
+		if (e) {
+			/* What the cache holds is newer than the device's. */
+			memcpy(p, e->data, c->bsize);
+			lru_unlink(e);
+			lru_front(c, e);
+		} else {
+			insert(c, block + (unsigned int)i, p);
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+static errcode_t cache_write_blk64(io_channel ch, unsigned long long block, int count,
+				   const void *data)
+{
+	struct cache *c = ch->private_data;
+	const unsigned char *p = data;
+	struct cache_ent *e;
+	errcode_t err = 0;
+	int i;
+
+	pthread_mutex_lock(&c->lock);
+	if (count < 0) {
+		/* Bytes: in write order after every dirty block, and the cached copies patched. */
+		uint64_t len = (uint64_t)-count;
+
+		err = writeback(c);
+		if (!err)
+			err = io_channel_write_blk64(c->lower, block, count, data);
+		for (i = 0; !err && (uint64_t)i * c->bsize < len; i++) {
+			e = lookup(c, block + (unsigned int)i);
+			if (e) {
+				uint64_t n = len - (uint64_t)i * c->bsize;
+
+				memcpy(e->data, p + (size_t)i * c->bsize, n < c->bsize ? n : c->bsize);
+			}
+		}
+		pthread_mutex_unlock(&c->lock);
+		return err;
+	}
+	for (i = 0; i < count; i++, p += c->bsize) {
+		e = lookup(c, block + (unsigned int)i);
+		if (e) {
+			lru_unlink(e);
+			lru_front(c, e);
+			if (!memcmp(e->data, p, c->bsize))
+				continue;	/* unchanged: nothing to write */
+			memcpy(e->data, p, c->bsize);
+		} else {
+			e = insert(c, block + (unsigned int)i, p);
+			if (!e) {
+				/* No memory: this block goes to the device now, in order. */
+				err = writeback(c);
+				if (!err)
+					err = io_channel_write_blk64(c->lower, block + (unsigned int)i, 1, p);
+				if (err)
+					break;
+				continue;
+			}
+		}
+		if (!e->dirty) {
+			e->dirty = 1;
+			c->ndirty++;
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	return err;
+}
+
+static errcode_t cache_read_blk(io_channel ch, unsigned long block, int count, void *data)
+{
+	return cache_read_blk64(ch, block, count, data);
+}
+
+static errcode_t cache_write_blk(io_channel ch, unsigned long block, int count, const void *data)
+{
+	return cache_write_blk64(ch, block, count, data);
+}
+
+static errcode_t cache_write_byte(io_channel ch, unsigned long offset, int size, const void *data)
+{
+	struct cache *c = ch->private_data;
+	struct cache_ent *e;
+	errcode_t err;
+	uint64_t b;
+
+	pthread_mutex_lock(&c->lock);
+	err = writeback(c);
+	if (!err)
+		err = io_channel_write_byte(c->lower, offset, size, data);
+	/* Clean copies of the blocks it touched learn the new bytes. */
+	for (b = offset / c->bsize; !err && size > 0 && b <= (offset + (unsigned long)size - 1) / c->bsize; b++) {
+		uint64_t bstart = b * c->bsize, from = offset > bstart ? offset : bstart;
+		uint64_t to = offset + (unsigned long)size < bstart + c->bsize ? offset + (unsigned long)size
+								     : bstart + c->bsize;
+
+		e = lookup(c, b);
+		if (e)
+			memcpy(e->data + (from - bstart), (const char *)data + (from - offset), to - from);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return err;
+}
+
+static errcode_t cache_flush(io_channel ch)
+{
+	struct cache *c = ch->private_data;
+	errcode_t err;
+
+	pthread_mutex_lock(&c->lock);
+	err = writeback(c);
+	pthread_mutex_unlock(&c->lock);
+	return err ? err : io_channel_flush(c->lower);
+}
+
+errcode_t io_cache_writeback(io_channel ch)
+{
+	struct cache *c = cache_of(ch);
+	errcode_t err;
+
+	if (!c)
+		return 0;
+	pthread_mutex_lock(&c->lock);
+	err = writeback(c);
+	pthread_mutex_unlock(&c->lock);
+	return err;
+}
+
+int io_cache_stats(io_channel ch, struct io_cache_stats *st)
+{
+	struct cache *c = cache_of(ch);
+
+	if (!c)
+		return -1;
+	pthread_mutex_lock(&c->lock);
+	*st = c->st;
+	st->blocks = c->n;
+	st->dirty = c->ndirty;
+	st->max = c->max;
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+static errcode_t cache_readahead(io_channel ch, unsigned long long block, unsigned long long count)
+{
+	struct cache *c = ch->private_data;
+
+	return io_channel_cache_readahead(c->lower, block, count);
+}
+
+static errcode_t cache_set_option(io_channel ch, const char *option, const char *arg)
+{
+	struct cache *c = ch->private_data;
+
+	if (!c->lower->manager->set_option)
+		return EXT2_ET_INVALID_ARGUMENT;
+	return c->lower->manager->set_option(c->lower, option, arg);
+}
+
+static errcode_t cache_zeroout(io_channel ch, unsigned long long block, unsigned long long count)
+{
+	struct cache *c = ch->private_data;
+	errcode_t err;
+
+	pthread_mutex_lock(&c->lock);
+	drop_range(c, block, count);
+	err = io_channel_zeroout(c->lower, block, count);
+	pthread_mutex_unlock(&c->lock);
+	return err;
+}
+
+static errcode_t cache_discard(io_channel ch, unsigned long long block, unsigned long long count)
+{
+	struct cache *c = ch->private_data;
+	errcode_t err;
+
+	pthread_mutex_lock(&c->lock);
+	drop_range(c, block, count);
+	err = io_channel_discard(c->lower, block, count);
+	pthread_mutex_unlock(&c->lock);
+	return err;
+}
+
+static struct struct_io_manager cache_manager = {
+	.magic = EXT2_ET_MAGIC_IO_MANAGER,
+	.name = "rrfuse metadata cache",
+	.open = cache_open,
+	.close = cache_close,
+	.set_blksize = cache_set_blksize,
+	.read_blk = cache_read_blk,
+	.write_blk = cache_write_blk,
+	.flush = cache_flush,
+	.write_byte = cache_write_byte,
+	.set_option = cache_set_option,
+	.read_blk64 = cache_read_blk64,
+	.write_blk64 = cache_write_blk64,
+	.discard = cache_discard,
+	.cache_readahead = cache_readahead,
+	.zeroout = cache_zeroout,
+};
+
+io_manager rr_cache_io_manager = &cache_manager;

@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The metadata block cache: an io_manager stacked on the device manager
+ * (rr_io_manager), as e2fsprogs stacks undo_io on unix_io.  Metadata reads
+ * are served from memory once read; writes mark the block dirty and return;
+ * dirty blocks reach the device in block order, merged, at a flush (the
+ * commit), before any byte-addressed write (the superblock: the write order
+ * the orphan list relies on is kept), at io_cache_writeback, and when dirty
+ * blocks crowd the cache.
+ */
+#ifndef RRFUSE_IOCACHE_H
+#define RRFUSE_IOCACHE_H
+
+#include <stdint.h>
+#include <ext2fs/ext2fs.h>
+
+extern io_manager rr_cache_io_manager;
+
+/* The cache's bound when -o cache_mb is not given, MiB. */
+#define IO_CACHE_MB_DEFAULT 32
+
+/* Set before ext2fs_open2(): the bound, MiB (clean blocks are evicted least recently used first). */
+void io_cache_set_mb(unsigned int mb);
+
+/* The channel under the cache (the device manager's), or ch itself when it is not a cache. */
+io_channel io_cache_lower(io_channel ch);
+
+/* Dirty blocks to the device now, in block order (no flush): an ordering point. */
+errcode_t io_cache_writeback(io_channel ch);
+
+struct io_cache_stats {
+	uint64_t hits, misses;		/* blocks read from memory, from the device */
+	uint64_t writes, written;	/* write syscalls of dirty blocks, blocks they wrote */
+	uint64_t blocks, dirty, max;	/* held now, of which dirty; the bound */
+	uint64_t dropped;		/* blocks given up because file data overwrote them */
+};
+/* 0, or -1 when ch has no cache. */
+int io_cache_stats(io_channel ch, struct io_cache_stats *st);
+
+#endif
