@@ -20,7 +20,9 @@
  *  - Blocks freed in a commit are not reused before it is on disk: not kept
  *    yet; the journal needs it (the allocator's side, not this file's).
  * Every entry point takes cache.lock, taken after the fs lock (callers hold
- * it for metadata) and before nothing.
+ * it for metadata) and before nothing.  The channel's error handlers (which
+ * record the error, and may write the superblock through this cache) run
+ * after it is released.
  */
 #include "iocache.h"
 #include "io.h"
@@ -57,6 +59,10 @@ struct cache {
 	size_t n, ndirty, max;
 	unsigned int bsize;
 	struct io_cache_stats st;
+	/* The first write-back failure not yet reported (werr 0: none). */
+	errcode_t werr;
+	blk64_t werr_blk;
+	int werr_count;
 };
 
 void io_cache_set_mb(unsigned int mb)
@@ -181,18 +187,47 @@ static errcode_t writeback(struct cache *c)
 				memcpy(run + (j - start) * c->bsize, v[j]->data, c->bsize);
 			err = io_channel_write_blk64(c->lower, v[start]->blk, (int)(i - start), run);
 		}
-		if (err)
-			break;
-		c->st.writes++;
-		c->st.written += i - start;
+		if (err && !c->werr) {
+			c->werr = err;
+			c->werr_blk = v[start]->blk;
+			c->werr_count = (int)(i - start);
+		}
+		if (!err) {
+			c->st.writes++;
+			c->st.written += i - start;
+		}
+		/* Failed or not, clean: what cannot be written is reported once, not retried forever. */
 		for (; start < i; start++) {
 			v[start]->dirty = 0;
 			c->ndirty--;
 		}
+		if (err)
+			break;
 	}
 	free(run);
 	free(v);
 	return err;
+}
+
+/* After the lock is released: the channel's handler hears of a failed write-back. */
+static errcode_t report(io_channel ch, errcode_t err)
+{
+	struct cache *c = ch->private_data;
+	errcode_t werr;
+	blk64_t blk;
+	int count;
+
+	pthread_mutex_lock(&c->lock);
+	werr = c->werr;
+	blk = c->werr_blk;
+	count = c->werr_count;
+	c->werr = 0;
+	pthread_mutex_unlock(&c->lock);
+	if (!werr)
+		return err;
+	if (ch->write_error)
+		return ch->write_error(ch, (unsigned long)blk, count, NULL, (size_t)count * c->bsize, 0, werr);
+	return err ? err : werr;
 }
 
 /* Room for one more block: the least recently used clean block goes. */
@@ -367,7 +402,7 @@ static errcode_t cache_set_blksize(io_channel ch, int blksize)
 	if (!err)
 		ch->block_size = blksize;
 	pthread_mutex_unlock(&c->lock);
-	return err;
+	return report(ch, err);
 }
 
 /* Is any block of [blk, blk+count) dirty here? */
@@ -401,7 +436,7 @@ static errcode_t cache_read_blk64(io_channel ch, unsigned long long block, int c
 		if (!err)
 			err = io_channel_read_blk64(c->lower, block, count, data);
 		pthread_mutex_unlock(&c->lock);
-		return err;
+		return report(ch, err);
 	}
 	for (i = 0; i < count && !miss; i++)
 		miss = !lookup(c, block + (unsigned int)i);
@@ -410,6 +445,9 @@ static errcode_t cache_read_blk64(io_channel ch, unsigned long long block, int c
 		err = io_channel_read_blk64(c->lower, block, count, data);
 		if (err) {
 			pthread_mutex_unlock(&c->lock);
+			if (ch->read_error)
+				return ch->read_error(ch, (unsigned long)block, count, data,
+						      (size_t)count * c->bsize, 0, err);
 			return err;
 		}
 	} else {
@@ -427,7 +465,7 @@ static errcode_t cache_read_blk64(io_channel ch, unsigned long long block, int c
 		}
 	}
 	pthread_mutex_unlock(&c->lock);
-	return 0;
+	return report(ch, 0);
 }
 
 static errcode_t cache_write_blk64(io_channel ch, unsigned long long block, int count,
@@ -456,7 +494,7 @@ static errcode_t cache_write_blk64(io_channel ch, unsigned long long block, int 
 			}
 		}
 		pthread_mutex_unlock(&c->lock);
-		return err;
+		return report(ch, err);
 	}
 	for (i = 0; i < count; i++, p += c->bsize) {
 		e = lookup(c, block + (unsigned int)i);
@@ -484,7 +522,7 @@ static errcode_t cache_write_blk64(io_channel ch, unsigned long long block, int 
 		}
 	}
 	pthread_mutex_unlock(&c->lock);
-	return err;
+	return report(ch, err);
 }
 
 static errcode_t cache_read_blk(io_channel ch, unsigned long block, int count, void *data)
@@ -519,7 +557,7 @@ static errcode_t cache_write_byte(io_channel ch, unsigned long offset, int size,
 			memcpy(e->data + (from - bstart), (const char *)data + (from - offset), to - from);
 	}
 	pthread_mutex_unlock(&c->lock);
-	return err;
+	return report(ch, err);
 }
 
 static errcode_t cache_flush(io_channel ch)
@@ -530,6 +568,7 @@ static errcode_t cache_flush(io_channel ch)
 	pthread_mutex_lock(&c->lock);
 	err = writeback(c);
 	pthread_mutex_unlock(&c->lock);
+	err = report(ch, err);
 	return err ? err : io_channel_flush(c->lower);
 }
 
@@ -543,7 +582,7 @@ errcode_t io_cache_writeback(io_channel ch)
 	pthread_mutex_lock(&c->lock);
 	err = writeback(c);
 	pthread_mutex_unlock(&c->lock);
-	return err;
+	return report(ch, err);
 }
 
 int io_cache_stats(io_channel ch, struct io_cache_stats *st)
@@ -586,7 +625,7 @@ static errcode_t cache_zeroout(io_channel ch, unsigned long long block, unsigned
 	drop_range(c, block, count);
 	err = io_channel_zeroout(c->lower, block, count);
 	pthread_mutex_unlock(&c->lock);
-	return err;
+	return report(ch, err);
 }
 
 static errcode_t cache_discard(io_channel ch, unsigned long long block, unsigned long long count)
@@ -598,7 +637,7 @@ static errcode_t cache_discard(io_channel ch, unsigned long long block, unsigned
 	drop_range(c, block, count);
 	err = io_channel_discard(c->lower, block, count);
 	pthread_mutex_unlock(&c->lock);
-	return err;
+	return report(ch, err);
 }
 
 static struct struct_io_manager cache_manager = {
