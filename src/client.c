@@ -30,9 +30,6 @@
 #include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
-#include <sys/stat.h>
-#include <sys/sysmacros.h>
-#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -46,10 +43,6 @@
 #define CLIENT_EXIT_UMOUNT_FAILED 32
 
 #define UMOUNT_HELPER "umount.fuse.rrfuse"
-
-/* fusectl: one directory per live FUSE connection, named by its device minor. */
-#define FUSECTL_DIR "/sys/fs/fuse/connections"
-#define FUSECTL_SUPER_MAGIC 0x65735543
 
 int rr_client_is_umount_helper(const char *argv0)
 {
@@ -87,24 +80,14 @@ static int run_fusermount(const char *mnt, int lazy)
 }
 
 /*
- * Does the unmounted superblock live on: another mount of it (a bind mount,
- * one in another namespace) or a lazily detached one still in use?  Then the
- * daemon goes on serving it and does not let go of the image.
+ * Does the unmounted superblock live on in another mount of it (a bind
+ * mount)?  Then the daemon goes on serving it and does not let go of the
+ * image.  A mount in another namespace, or a lazily detached one still in
+ * use, is not seen: the wait ends when it goes, or after CLIENT_WAIT_SECS.
  */
-static int sb_lives(dev_t dev, const char *fstype)
+static int sb_lives(const struct rr_mnt *m)
 {
-	char dir[64];
-	struct statfs sfs;
-	struct stat st;
-
-	if (rr_mnt_dev_mounted(dev) > 0)
-		return 1;
-	/* A fuseblk superblock's device is the block device, not a connection. */
-	if (strcmp(fstype, "fuse.rrfuse") || statfs(FUSECTL_DIR, &sfs) ||
-	    sfs.f_type != FUSECTL_SUPER_MAGIC)
-		return 0;
-	snprintf(dir, sizeof(dir), FUSECTL_DIR "/%u", minor(dev));
-	return !stat(dir, &st);
+	return rr_mnt_still_mounted(m) > 0;
 }
 
 /*
@@ -123,7 +106,7 @@ static int wait_for_daemon(int fd, const struct rr_mnt *m)
 
 		if (errno != EWOULDBLOCK && errno != EINTR)
 			return -errno;
-		if (sb_lives(m->dev, m->fstype))
+		if (sb_lives(m))
 			return -EBUSY;
 		if (ms >= CLIENT_WAIT_SECS * 1000L)
 			return -ETIMEDOUT;

@@ -61,10 +61,10 @@ static int parse(char *line, struct rr_mnt *m)
 	return 0;
 }
 
-enum find_by { BY_TARGET, BY_SOURCE, BY_DEV };
+enum find_by { BY_TARGET, BY_SOURCE, BY_SUPER };
 
-/* The last mount whose target, source (a resolved path) or device matches. */
-static int find(enum find_by by, const char *path, dev_t dev, struct rr_mnt *out)
+/* The last mount whose target, source (a resolved path) or superblock (sb's dev and source) matches. */
+static int find(enum find_by by, const char *path, const struct rr_mnt *sb, struct rr_mnt *out)
 {
 	char want[PATH_MAX], *line = NULL;
 	struct rr_mnt m;
@@ -72,7 +72,7 @@ static int find(enum find_by by, const char *path, dev_t dev, struct rr_mnt *out
 	int found = 0;
 	FILE *f;
 
-	if (by != BY_DEV && !realpath(path, want))
+	if (by != BY_SUPER && !realpath(path, want))
 		return -errno;
 	f = fopen("/proc/self/mountinfo", "re");
 	if (!f)
@@ -80,7 +80,8 @@ static int find(enum find_by by, const char *path, dev_t dev, struct rr_mnt *out
 	while (getline(&line, &cap, f) > 0) {
 		if (parse(line, &m))
 			continue;
-		if (by == BY_DEV ? m.dev == dev : !strcmp(by == BY_SOURCE ? m.source : m.target, want)) {
+		if (by == BY_SUPER ? m.dev == sb->dev && !strcmp(m.source, sb->source)
+				   : !strcmp(by == BY_SOURCE ? m.source : m.target, want)) {
 			*out = m;
 			found = 1;
 		}
@@ -92,18 +93,18 @@ static int find(enum find_by by, const char *path, dev_t dev, struct rr_mnt *out
 
 int rr_mnt_at(const char *path, struct rr_mnt *m)
 {
-	return find(BY_TARGET, path, 0, m);
+	return find(BY_TARGET, path, NULL, m);
 }
 
 int rr_mnt_of(const char *source, struct rr_mnt *m)
 {
-	return find(BY_SOURCE, source, 0, m);
+	return find(BY_SOURCE, source, NULL, m);
 }
 
-int rr_mnt_dev_mounted(dev_t dev)
+int rr_mnt_still_mounted(const struct rr_mnt *sb)
 {
 	struct rr_mnt m;
-	int ret = find(BY_DEV, NULL, dev, &m);
+	int ret = find(BY_SUPER, NULL, sb, &m);
 
 	return ret == -ENOENT ? 0 : ret ? ret : 1;
 }

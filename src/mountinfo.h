@@ -22,8 +22,12 @@ struct rr_mnt {
 int rr_mnt_at(const char *path, struct rr_mnt *m);
 /* A mount of source (an image or device, resolved); 0, or -errno (-ENOENT: none). */
 int rr_mnt_of(const char *source, struct rr_mnt *m);
-/* Is the superblock dev still mounted somewhere this process can see? 1, 0, or -errno. */
-int rr_mnt_dev_mounted(dev_t dev);
+/*
+ * Is m's superblock still mounted somewhere this process can see (same
+ * device number and source: an unmounted superblock's number is recycled
+ * at once by the next mount)?  1, 0, or -errno.
+ */
+int rr_mnt_still_mounted(const struct rr_mnt *m);
 /* Mounted by rrfuse (fuse.rrfuse, or fuseblk with rrfuse's subtype). */
 int rr_mnt_is_rrfuse(const struct rr_mnt *m);
 /* Is the per-mount option opt ("ro", "nosuid", ...) set? */
