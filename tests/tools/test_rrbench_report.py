@@ -42,7 +42,7 @@ def test_report_tiny(tmp_path):
                   "Seed 002: max_prealloc_kb 8192 vs 32768",
                   "Seed 004: legacy orphan list vs orphan_file"):
         assert text.count(title) >= 2, title        # in the verdicts and as a section
-    assert text.count("**Verdict: ") == 4
+    assert text.count("**Verdict: ") == 8        # the summary and each section
     assert "## Machine" in text and "CPU:" in text
     for wid in ("W1", "W2", "W3", "W8-f50-nodiscard", "W8-f80-discard", "W4", "W7"):
         assert "#### %s: " % wid in text, wid
