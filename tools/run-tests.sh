@@ -74,13 +74,18 @@ suite() {
 }
 
 # rrmap and rrftl (issue 17): against e2freefrag, debugfs, filefrag and the
-# analytic FTL results (20 s; a minute under ASan); rrmap on fuzzed images
+# analytic FTL results (20 s; a minute under ASan); rrblk2iolog on blkparse
+# text and a kernel trace (2 s); rrbench report on tiny sizes (a minute, plain
+# build only); rrmap on fuzzed images
 # (200 cases, or as many as start within a minute: a case takes 0.3 s, 1.5 s
 # under ASan).
 evidence_tests() {
-	local dir=$1
-	step "rrmap and rrftl tests ($dir)" env RRMAP="$top/$dir/rrmap" RRFTL="$top/$dir/rrftl" \
-		RRFUSE="$top/$dir/rrfuse" /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/tools
+	local dir=$1 once=()
+	# rrbench report --tiny (a minute) in the plain build only
+	[ "$dir" = build ] || once=(--deselect tests/tools/test_rrbench_report.py::test_report_tiny)
+	step "rrmap, rrftl, rrblk2iolog and rrbench report tests ($dir)" env RRMAP="$top/$dir/rrmap" \
+		RRFTL="$top/$dir/rrftl" RRFUSE="$top/$dir/rrfuse" /usr/bin/python3 -m pytest -q \
+		-p no:cacheprovider tests/tools "${once[@]}"
 	step "fuzzed images for rrmap ($dir)" /usr/bin/python3 tests/fuzz/rrmapfuzz.py --rrmap "$top/$dir/rrmap" \
 		--count "${RRMAPFUZZ_COUNT:-200}" --time-limit "${RRMAPFUZZ_TIME:-60}" --seed "$fuzz_seed" \
 		--keep-failed "/var/tmp/rrmapfuzz-failures-$dir"

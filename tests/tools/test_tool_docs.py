@@ -8,8 +8,11 @@ import pytest
 
 from conftest import REPO, RRFTL, RRMAP, need, run
 
+RRBLK = os.path.join(REPO, "tools", "rrblk2iolog")
 
-@pytest.mark.parametrize("tool,page", [(RRMAP, "rrmap.1"), (RRFTL, "rrftl.1")])
+
+@pytest.mark.parametrize("tool,page", [(RRMAP, "rrmap.1"), (RRFTL, "rrftl.1"),
+                                       (RRBLK, "rrblk2iolog.1")])
 def test_every_option_in_the_manual(tool, page):
     need(tool)
     opts = set(re.findall(r"--([a-z][a-z-]+)", run([tool, "--help"]).stdout))
@@ -20,7 +23,7 @@ def test_every_option_in_the_manual(tool, page):
     assert not missing, "options in --help but not in doc/%s: %s" % (page, missing)
 
 
-@pytest.mark.parametrize("page", ["rrmap.1", "rrftl.1"])
+@pytest.mark.parametrize("page", ["rrmap.1", "rrftl.1", "rrblk2iolog.1"])
 def test_manual_renders(page):
     if subprocess.run(["which", "man"], capture_output=True).returncode:
         pytest.skip("needs man (man-db)")

@@ -1,0 +1,64 @@
+"""rrbench report on tiny sizes (about a minute): every seed's section with its
+verdict and tables, the pictures (rrmap layout maps, the WA plot) as real
+PNGs, every run ok and e2fsck-clean, runs.csv, and nothing left behind
+(mounts, loop devices, images).  Needs root, /dev/fuse and loop devices."""
+import csv
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import REPO, mh
+
+RRBENCH = os.path.join(REPO, "tools", "bench", "rrbench")
+RRFUSE = os.environ.get("RRFUSE") or os.path.join(REPO, "build", "rrfuse")
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_tiny(tmp_path):
+    if os.geteuid() != 0 or not mh.loop_works():
+        pytest.skip("needs root and loop devices (rrbench report mounts loop devices)")
+    if not os.path.exists("/dev/fuse"):
+        pytest.skip("needs /dev/fuse")
+    build = os.path.dirname(os.path.abspath(RRFUSE))
+    for tool in ("rrfuse", "rrftl", "rrmap", "rrunlink"):
+        if not os.access(os.path.join(build, tool), os.X_OK):
+            pytest.skip("%s not built in %s" % (tool, build))
+    for tool in ("fio", "stress-ng"):
+        if shutil.which(tool) is None:
+            pytest.skip("needs %s (tools/deps.sh)" % tool)
+    out = tmp_path / "report"
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    loops_before = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
+    r = subprocess.run(["/usr/bin/python3", RRBENCH, "report", "--tiny", "--rrfuse", RRFUSE,
+                        "-o", str(out), "--tmpdir", str(tmp)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    text = (out / "REPORT.md").read_text()
+    for title in ("Seed 000: regular vs rralloc, the patch's three fio workloads",
+                  "Seed 000: regular vs rralloc, overwrite cycles",
+                  "Seed 002: max_prealloc_kb 8192 vs 32768",
+                  "Seed 004: legacy orphan list vs orphan_file"):
+        assert text.count(title) >= 2, title        # in the verdicts and as a section
+    assert text.count("**Verdict: ") == 8        # the summary and each section
+    assert "## Machine" in text and "CPU:" in text
+    for wid in ("W1", "W2", "W3", "W8-f50-nodiscard", "W8-f80-discard", "W4", "W7"):
+        assert "#### %s: " % wid in text, wid
+    assert "fio --name=w1" in text and "rrftl LOG/trace.log" in text
+    assert "ratio to rrfuse:regular, 95% CI" in text
+    pics = [l.split("](")[1].rstrip(")") for l in text.splitlines() if l.startswith("![")]
+    assert "wa.png" in pics and "map-W4.png" in pics
+    assert sum(p.startswith("map-W8-") for p in pics) == 4
+    for p in pics:
+        with open(out / p, "rb") as f:
+            assert f.read(8) == PNG, p
+    with open(out / "runs.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["status"] for r in rows} == {"ok"}
+    assert {r["fsck_rc"] for r in rows} == {"0"}
+    wa = [float(r["value"]) for r in rows if r["metric"] == "wa"]
+    assert len(wa) == 4 * 2 * 2 and all(w >= 1.0 for w in wa)
+    assert os.listdir(tmp) == []
+    assert subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout == loops_before
