@@ -3,7 +3,7 @@
  * The recorder behind -o trace=FILE (trace.h).  fio 3.33 writes and reads
  * version 3 logs with times in microseconds since the log's start; "add"
  * and "open" must come before the first transfer of a file and "close"
- * after the last, and a flush is "sync", a discard "trim".
+ * after the last, and a flush is "sync 0 0", a discard "trim".
  *
  * Cost: one formatted line per transfer under one mutex, into a large
  * stdio buffer, so a line is a memory copy and the file is written a
@@ -81,7 +81,8 @@ void trace_io(enum trace_kind kind, enum trace_op op, uint64_t off, uint64_t len
 		return;
 	pthread_mutex_lock(&tr.lock);
 	if (tr.log) {
-		if (op == TRACE_READ || op == TRACE_WRITE || op == TRACE_TRIM) {
+		/* fio 3.33 reads a sync only with an offset and a length ("sync 0 0"). */
+		if (op == TRACE_READ || op == TRACE_WRITE || op == TRACE_TRIM || op == TRACE_SYNC) {
 			fprintf(tr.log, "%llu %s %s %llu %llu\n", (unsigned long long)now_us(), tr.device,
 				op_names[op], (unsigned long long)off, (unsigned long long)len);
 		} else {

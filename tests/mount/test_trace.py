@@ -95,6 +95,7 @@ def test_fio_replays_the_trace(tmp_path):
                         "--ioengine=psync", "--replay_no_stall=1", "--output-format=json"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
+    assert "bad iolog" not in r.stdout + r.stderr, r.stderr   # fio skips lines it cannot read
     job = json.loads(r.stdout[r.stdout.index("{"):])["jobs"][0]
     assert job["write"]["io_bytes"] == sum(ln for op, _, ln, _ in recs if op == "write")
     assert job["read"]["io_bytes"] == sum(ln for op, _, ln, _ in recs if op == "read")
