@@ -379,7 +379,7 @@ void inode_touch(struct ext2_inode_large *in, int which)
 {
 	struct timespec now;
 
-	clock_gettime(CLOCK_REALTIME, &now);
+	clock_gettime(CLOCK_REALTIME_COARSE, &now);
 	inode_set_time(in, which, &now);
 }
 

@@ -329,7 +329,7 @@ static void rr_setattr(fuse_req_t req, fuse_ino_t fino, struct stat *attr, int t
 			return;
 		}
 	}
-	clock_gettime(CLOCK_REALTIME, &now);
+	clock_gettime(CLOCK_REALTIME_COARSE, &now);
 	rr_fs_lock(rfs);
 	ret = inode_load(rfs, ino, &in);
 	if (!ret) {
