@@ -5,6 +5,7 @@
  * geometry against the device, the group descriptors, and the bitmaps read
  * fast on huge images.
  */
+#include "iocache.h"
 #include "rrfs.h"
 #include "io.h"
 #include "log.h"
@@ -243,6 +244,13 @@ errcode_t rr_read_bitmaps(ext2_filsys fs)
 	errcode_t err;
 	dgrp_t g;
 
+	/*
+	 * Past the metadata cache: each bitmap block is read once, into
+	 * libext2fs's bitmaps (on 16 TiB, 64 MiB of them would fill the cache
+	 * at every mount and stay in memory).
+	 */
+	io_channel dev = io_cache_lower(fs->io);
+
 	if (fs->block_map || fs->inode_map)
 		return ext2fs_read_bitmaps(fs);
 	bitmaps_readahead(fs);
@@ -255,7 +263,7 @@ errcode_t rr_read_bitmaps(ext2_filsys fs)
 		blk64_t b = bitmap_to_read(fs, g, 0);
 
 		if (b) {
-			err = io_channel_read_blk64(fs->io, b, 1, buf);
+			err = io_channel_read_blk64(dev, b, 1, buf);
 			if (err)
 				err = EXT2_ET_BLOCK_BITMAP_READ;
 			else if (!nocsum && !ext2fs_block_bitmap_csum_verify(fs, g, buf, (int)bnbytes))
@@ -269,7 +277,7 @@ errcode_t rr_read_bitmaps(ext2_filsys fs)
 		}
 		b = bitmap_to_read(fs, g, 1);
 		if (b) {
-			err = io_channel_read_blk64(fs->io, b, 1, buf);
+			err = io_channel_read_blk64(dev, b, 1, buf);
 			if (err)
 				err = EXT2_ET_INODE_BITMAP_READ;
 			else if (!nocsum && !ext2fs_inode_bitmap_csum_verify(fs, g, buf, (int)inbytes))
