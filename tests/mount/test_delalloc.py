@@ -152,6 +152,10 @@ def test_a_stream_is_allocated_as_it_arrives():
             assert os.pread(fd, len(data), 0) == data
         finally:
             os.close(fd)
+        # The kernel sends that close's RELEASE without waiting for it; a
+        # slow daemon (ThreadSanitizer) could see the next open first, and
+        # the file would still be a stream.
+        time.sleep(1)
         with open(path, "ab") as f:
             f.write(b"t" * 8192)
             f.flush()
