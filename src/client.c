@@ -80,19 +80,11 @@ static int run_fusermount(const char *mnt, int lazy)
 }
 
 /*
- * Does the unmounted superblock live on in another mount of it (a bind
- * mount)?  Then the daemon goes on serving it and does not let go of the
- * image.  A mount in another namespace, or a lazily detached one still in
- * use, is not seen: the wait ends when it goes, or after CLIENT_WAIT_SECS.
- */
-static int sb_lives(const struct rr_mnt *m)
-{
-	return rr_mnt_still_mounted(m) > 0;
-}
-
-/*
  * Wait for the daemon's lock on the image (fd) to go; 0, -ETIMEDOUT, or
- * -EBUSY when the superblock is still in use elsewhere.
+ * -EBUSY when the superblock lives on in another mount of it (a bind
+ * mount): the daemon goes on serving it.  A mount in another namespace, or
+ * a lazily detached one still in use, is not seen: the wait ends when it
+ * goes, or after CLIENT_WAIT_SECS.
  */
 static int wait_for_daemon(int fd, const struct rr_mnt *m)
 {
@@ -106,7 +98,7 @@ static int wait_for_daemon(int fd, const struct rr_mnt *m)
 
 		if (errno != EWOULDBLOCK && errno != EINTR)
 			return -errno;
-		if (sb_lives(m))
+		if (rr_mnt_still_mounted(m) > 0)
 			return -EBUSY;
 		if (ms >= CLIENT_WAIT_SECS * 1000L)
 			return -ETIMEDOUT;

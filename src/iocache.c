@@ -468,6 +468,31 @@ static errcode_t cache_read_blk64(io_channel ch, unsigned long long block, int c
 	return report(ch, 0);
 }
 
+static errcode_t cache_write_byte(io_channel ch, unsigned long offset, int size, const void *data)
+{
+	struct cache *c = ch->private_data;
+	struct cache_ent *e;
+	errcode_t err;
+	uint64_t b;
+
+	pthread_mutex_lock(&c->lock);
+	err = writeback(c);
+	if (!err)
+		err = io_channel_write_byte(c->lower, offset, size, data);
+	/* Clean copies of the blocks it touched learn the new bytes. */
+	for (b = offset / c->bsize; !err && size > 0 && b <= (offset + (unsigned long)size - 1) / c->bsize; b++) {
+		uint64_t bstart = b * c->bsize, from = offset > bstart ? offset : bstart;
+		uint64_t to = offset + (unsigned long)size < bstart + c->bsize ? offset + (unsigned long)size
+								     : bstart + c->bsize;
+
+		e = lookup(c, b);
+		if (e)
+			memcpy(e->data + (from - bstart), (const char *)data + (from - offset), to - from);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return report(ch, err);
+}
+
 static errcode_t cache_write_blk64(io_channel ch, unsigned long long block, int count,
 				   const void *data)
 {
@@ -477,25 +502,10 @@ static errcode_t cache_write_blk64(io_channel ch, unsigned long long block, int 
 	errcode_t err = 0;
 	int i;
 
+	/* Bytes (the superblock at 1024-byte blocks): as a byte write. */
+	if (count < 0)
+		return cache_write_byte(ch, (unsigned long)(block * c->bsize), -count, data);
 	pthread_mutex_lock(&c->lock);
-	if (count < 0) {
-		/* Bytes: in write order after every dirty block, and the cached copies patched. */
-		uint64_t len = (uint64_t)-count;
-
-		err = writeback(c);
-		if (!err)
-			err = io_channel_write_blk64(c->lower, block, count, data);
-		for (i = 0; !err && (uint64_t)i * c->bsize < len; i++) {
-			e = lookup(c, block + (unsigned int)i);
-			if (e) {
-				uint64_t n = len - (uint64_t)i * c->bsize;
-
-				memcpy(e->data, p + (size_t)i * c->bsize, n < c->bsize ? n : c->bsize);
-			}
-		}
-		pthread_mutex_unlock(&c->lock);
-		return report(ch, err);
-	}
 	for (i = 0; i < count; i++, p += c->bsize) {
 		e = lookup(c, block + (unsigned int)i);
 		if (e) {
@@ -533,31 +543,6 @@ static errcode_t cache_read_blk(io_channel ch, unsigned long block, int count, v
 static errcode_t cache_write_blk(io_channel ch, unsigned long block, int count, const void *data)
 {
 	return cache_write_blk64(ch, block, count, data);
-}
-
-static errcode_t cache_write_byte(io_channel ch, unsigned long offset, int size, const void *data)
-{
-	struct cache *c = ch->private_data;
-	struct cache_ent *e;
-	errcode_t err;
-	uint64_t b;
-
-	pthread_mutex_lock(&c->lock);
-	err = writeback(c);
-	if (!err)
-		err = io_channel_write_byte(c->lower, offset, size, data);
-	/* Clean copies of the blocks it touched learn the new bytes. */
-	for (b = offset / c->bsize; !err && size > 0 && b <= (offset + (unsigned long)size - 1) / c->bsize; b++) {
-		uint64_t bstart = b * c->bsize, from = offset > bstart ? offset : bstart;
-		uint64_t to = offset + (unsigned long)size < bstart + c->bsize ? offset + (unsigned long)size
-								     : bstart + c->bsize;
-
-		e = lookup(c, b);
-		if (e)
-			memcpy(e->data + (from - bstart), (const char *)data + (from - offset), to - from);
-	}
-	pthread_mutex_unlock(&c->lock);
-	return report(ch, err);
 }
 
 static errcode_t cache_flush(io_channel ch)
@@ -616,28 +601,28 @@ static errcode_t cache_set_option(io_channel ch, const char *option, const char 
 	return c->lower->manager->set_option(c->lower, option, arg);
 }
 
-static errcode_t cache_zeroout(io_channel ch, unsigned long long block, unsigned long long count)
+/* Zeroed or discarded below: the device's content is the truth, cached copies go first. */
+static errcode_t drop_then(io_channel ch, unsigned long long block, unsigned long long count,
+			   errcode_t (*op)(io_channel, unsigned long long, unsigned long long))
 {
 	struct cache *c = ch->private_data;
 	errcode_t err;
 
 	pthread_mutex_lock(&c->lock);
 	drop_range(c, block, count);
-	err = io_channel_zeroout(c->lower, block, count);
+	err = op(c->lower, block, count);
 	pthread_mutex_unlock(&c->lock);
-	return report(ch, err);
+	return err;
+}
+
+static errcode_t cache_zeroout(io_channel ch, unsigned long long block, unsigned long long count)
+{
+	return drop_then(ch, block, count, io_channel_zeroout);
 }
 
 static errcode_t cache_discard(io_channel ch, unsigned long long block, unsigned long long count)
 {
-	struct cache *c = ch->private_data;
-	errcode_t err;
-
-	pthread_mutex_lock(&c->lock);
-	drop_range(c, block, count);
-	err = io_channel_discard(c->lower, block, count);
-	pthread_mutex_unlock(&c->lock);
-	return report(ch, err);
+	return drop_then(ch, block, count, io_channel_discard);
 }
 
 static struct struct_io_manager cache_manager = {
