@@ -3,12 +3,25 @@
 #include "dbuf.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #define MIN_MAP (64u << 10)
+/*
+ * Freed MIN_MAP mappings kept, zeroed, for the next small files: a munmap
+ * in a multithreaded process is a TLB shootdown on every CPU (a tenth of
+ * the daemon's time creating 4 KiB files), and a new mapping faults again.
+ */
+#define POOL_MAPS 64
+
+static struct {
+	pthread_mutex_t lock;
+	char *buf[POOL_MAPS];	/* protected by lock */
+	unsigned int n;		/* protected by lock */
+} pool = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static size_t page_round(size_t bytes)
 {
@@ -21,8 +34,18 @@ static size_t page_round(size_t bytes)
 
 static char *mem_new(size_t bytes)
 {
-	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	char *buf = NULL;
+	void *p;
 
+	if (bytes == MIN_MAP) {
+		pthread_mutex_lock(&pool.lock);
+		if (pool.n)
+			buf = pool.buf[--pool.n];
+		pthread_mutex_unlock(&pool.lock);
+		if (buf)
+			return buf;
+	}
+	p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	return p == MAP_FAILED ? NULL : p;
 }
 
@@ -33,9 +56,26 @@ static void mem_advise(char *p, size_t bytes)
 		madvise(p, bytes, MADV_HUGEPAGE);
 }
 
-static void mem_free(struct rr_drun *r)
+/* used: the bytes of the mapping ever written (all of it when not known). */
+static void mem_free(char *buf, size_t mapped, size_t used)
 {
-	munmap(r->buf, r->mapped);
+	if (mapped == MIN_MAP) {
+		memset(buf, 0, used < mapped ? used : mapped);
+		pthread_mutex_lock(&pool.lock);
+		if (pool.n < POOL_MAPS) {
+			pool.buf[pool.n++] = buf;
+			buf = NULL;
+		}
+		pthread_mutex_unlock(&pool.lock);
+		if (!buf)
+			return;
+	}
+	munmap(buf, mapped);
+}
+
+static void run_free(struct rr_drun *r, unsigned int bbits)
+{
+	mem_free(r->buf, r->mapped, (size_t)r->hw << bbits);
 }
 
 static uint64_t run_end(const struct rr_drun *r)
@@ -137,7 +177,7 @@ static int64_t cover(struct rr_dbuf *d, unsigned int bbits, uint64_t first, uint
 		buf = mem_new(mapped);
 		if (!buf || insert_slot(d, i)) {
 			if (buf)
-				munmap(buf, mapped);
+				mem_free(buf, mapped, 0);
 			return -ENOMEM;
 		}
 		d->v[i] = (struct rr_drun){ .lblk = first, .n = (uint32_t)(end - first),
@@ -186,7 +226,7 @@ static int64_t cover(struct rr_dbuf *d, unsigned int bbits, uint64_t first, uint
 			memcpy(buf + ((size_t)(d->v[k].lblk - s) << bbits), d->v[k].buf,
 			       (size_t)d->v[k].n << bbits);
 			had += d->v[k].n;
-			mem_free(&d->v[k]);
+			run_free(&d->v[k], bbits);
 		}
 		memmove(d->v + i + 1, d->v + j, (d->cnt - j) * sizeof(*d->v));
 		d->cnt -= j - i - 1;
@@ -238,7 +278,7 @@ uint64_t dbuf_truncate(struct rr_dbuf *d, unsigned int bbits, uint64_t size)
 
 		if (r->lblk >= keep) {
 			dropped += r->n;
-			mem_free(r);
+			run_free(r, bbits);
 			d->cnt--;
 		} else {
 			dropped += run_end(r) - keep;
@@ -261,7 +301,7 @@ void dbuf_consume(struct rr_dbuf *d, unsigned int bbits, uint32_t i, uint32_t n)
 
 	if (n >= r->n) {
 		n = r->n;
-		mem_free(r);
+		run_free(r, bbits);
 		memmove(d->v + i, d->v + i + 1, (d->cnt - i - 1) * sizeof(*d->v));
 		d->cnt--;
 	} else {
@@ -278,7 +318,7 @@ uint64_t dbuf_clear(struct rr_dbuf *d)
 	uint32_t i;
 
 	for (i = 0; i < d->cnt; i++)
-		mem_free(&d->v[i]);
+		mem_free(d->v[i].buf, d->v[i].mapped, d->v[i].mapped);
 	free(d->v);
 	d->v = NULL;
 	d->cnt = d->cap = 0;

@@ -14,9 +14,8 @@
  *  - A block the device manager zeroes or discards is dropped first
  *    (cache_zeroout, cache_discard).
  *  - Writes addressed in bytes (the superblock, rr_fs_write_super) go to the
- *    device after every dirty block: metadata reaches the device in the
- *    order it was written wherever the order matters to the orphan list
- *    (which also calls io_cache_writeback after each change).
+ *    device after every dirty block: the superblock never names what is
+ *    not on the device yet (the orphan list's head, in a commit).
  *  - Blocks freed in a commit are not reused before it is on disk: not kept
  *    yet; the journal needs it (the allocator's side, not this file's).
  * Every entry point takes cache.lock, taken after the fs lock (callers hold
@@ -555,19 +554,6 @@ static errcode_t cache_flush(io_channel ch)
 	pthread_mutex_unlock(&c->lock);
 	err = report(ch, err);
 	return err ? err : io_channel_flush(c->lower);
-}
-
-errcode_t io_cache_writeback(io_channel ch)
-{
-	struct cache *c = cache_of(ch);
-	errcode_t err;
-
-	if (!c)
-		return 0;
-	pthread_mutex_lock(&c->lock);
-	err = writeback(c);
-	pthread_mutex_unlock(&c->lock);
-	return report(ch, err);
 }
 
 int io_cache_stats(io_channel ch, struct io_cache_stats *st)

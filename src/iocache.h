@@ -4,9 +4,9 @@
  * (rr_io_manager), as e2fsprogs stacks undo_io on unix_io.  Metadata reads
  * are served from memory once read; writes mark the block dirty and return;
  * dirty blocks reach the device in block order, merged, at a flush (the
- * commit), before any byte-addressed write (the superblock: the write order
- * the orphan list relies on is kept), at io_cache_writeback, and when dirty
- * blocks crowd the cache.
+ * commit), before any byte-addressed write (the superblock, which must not
+ * name what is not on the device yet), and when dirty blocks crowd the
+ * cache.
  */
 #ifndef RRFUSE_IOCACHE_H
 #define RRFUSE_IOCACHE_H
@@ -24,9 +24,6 @@ void io_cache_set_mb(unsigned int mb);
 
 /* The channel under the cache (the device manager's), or ch itself when it is not a cache. */
 io_channel io_cache_lower(io_channel ch);
-
-/* Dirty blocks to the device now, in block order (no flush): an ordering point. */
-errcode_t io_cache_writeback(io_channel ch);
 
 struct io_cache_stats {
 	uint64_t hits, misses;		/* blocks read from memory, from the device */

@@ -19,24 +19,27 @@
  *    number and the slots.  RO_COMPAT_ORPHAN_PRESENT says "look in it".  A
  *    full file falls back to the legacy list, as the kernel does.
  *
- * Write order.  Without a journal, the image is crash safe for the list if
- * every write leaves a walkable list: every inode reachable from
- * s_last_orphan or an orphan-file slot is in use with a valid next link.
- * rrfuse's metadata writes reach the image file in program order (the page
- * cache keeps them when the daemon dies; the commit's fdatasync makes them
- * durable), so:
+ * Write order.  The list reaches the image with the rest of the metadata,
+ * at the commit (src/commit.c): every commit leaves a walkable list (every
+ * inode reachable from s_last_orphan or an orphan-file slot is in use with
+ * a valid next link), because every change to it is made whole under the
+ * fs lock, which the commit holds.  Within the commit the metadata cache
+ * writes the blocks (inodes, slots) before the superblock, so the image
+ * passes through:
  *
  *   add (list):  inode (links, i_dtime = old head)  ->  superblock (head)
- *   add (file):  superblock (orphan_present, first time) -> slot -> inode
- *   del (list):  predecessor's link (superblock or inode) -> the inode
- *   del (file):  slot -> the inode
+ *   del (list):  inode's predecessor (when an inode) -> superblock
  *
- * and an inode is freed (blocks punched first, still listed) only after it
- * has left the list.  A crash between two writes leaves at worst an inode
- * that is off the list with no links, which e2fsck reclaims; the image is
- * marked not clean while mounted.  orphan_present is cleared at commit once
- * the file is empty.  Bitmaps and group counts reach the image at commit,
- * so blocks freed after the last commit are e2fsck's after a crash.
+ * A daemon killed between commits leaves the image of the last commit,
+ * where an inode unlinked since is still linked: the unlink is lost, the
+ * image consistent (as the kernel without a journal, which keeps no list at
+ * all).  Until the journal, a kill while the cache writes back (a commit,
+ * or dirty blocks crowding the cache between commits) can leave a list
+ * whose head was written before its inode; e2fsck mends that.  An inode
+ * is freed (blocks punched first, still listed) only after it has left the
+ * list.  orphan_present is cleared at commit once the file is empty.
+ * Bitmaps and group counts reach the image at commit, so blocks freed after
+ * the last commit are e2fsck's after a crash.
  *
  * Locking.  rr_orphans.lock protects struct rr_orphans: the index, the
  * order of the in-memory list and the orphan file's block copies and
@@ -48,7 +51,6 @@
  * sits on its own cache lines at the end of struct rr_fs.
  */
 #include "orphan.h"
-#include "iocache.h"
 #include "io.h"
 #include "log.h"
 #include "rrfs.h"
@@ -362,10 +364,8 @@ static int list_add(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *
 	if (ret)
 		return ret;
 	sb->s_last_orphan = ino;
-	ret = rr_fs_write_super(rfs);
-	if (ret)
-		sb->s_last_orphan = in->i_dtime;
-	return ret;
+	ext2fs_mark_super_dirty(rfs->fs);
+	return 0;
 }
 
 int orphan_add(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in)
@@ -391,14 +391,9 @@ int orphan_add(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in)
 		if (!ext2fs_has_feature_orphan_present(sb)) {
 			/* On disk before the first slot: e2fsck looks only when it is set. */
 			ext2fs_set_feature_orphan_present(sb);
-			ret = rr_fs_write_super(rfs);
-			if (ret)
-				ext2fs_clear_feature_orphan_present(sb);
-		} else {
-			ret = 0;
+			ext2fs_mark_super_dirty(rfs->fs);
 		}
-		if (!ret)
-			ret = of_add(rfs, ino, &slot);
+		ret = of_add(rfs, ino, &slot);
 		if (!ret) {
 			e->slot = slot;
 			ret = inode_write(rfs, ino, in);
@@ -414,13 +409,6 @@ int orphan_add(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in)
 	}
 	if (ret)
 		ent_free(o, e);
-	/*
-	 * On the device now, with the change that made the inode an orphan
-	 * (the unlink, the truncate): a daemon killed later leaves an image
-	 * whose next mount finishes the job, as when nothing was cached.
-	 */
-	if (!ret)
-		ret = rr_err(io_cache_writeback(rfs->fs->io));
 	pthread_mutex_unlock(&o->lock);
 	return ret;
 }
@@ -437,9 +425,8 @@ static int list_del(struct rr_fs *rfs, struct orphan_ent *e, struct ext2_inode_l
 			rr_log(LOG_ERR, "orphan list: head is inode %u, expected %u", sb->s_last_orphan,
 			       e->ino);
 		sb->s_last_orphan = next;
-		ret = rr_fs_write_super(rfs);
-		if (ret)
-			sb->s_last_orphan = e->ino;
+		ext2fs_mark_super_dirty(rfs->fs);
+		ret = 0;
 	} else {
 		struct ext2_inode_large prev;
 

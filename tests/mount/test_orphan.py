@@ -96,6 +96,14 @@ def commit(m):
         os.close(fd)
 
 
+def on_disk(m):
+    """The orphans on the image after a commit: the list, like all metadata,
+    reaches the image at the commit (a daemon killed before it leaves the
+    image of the commit before, where the file is still linked)."""
+    commit(m)
+    return listed(m.image)
+
+
 def kernel_finishes(image, tmp):
     """Loop-mount a copy read-write with the kernel: it must finish the list
     without an error and leave an image that e2fsck passes."""
@@ -126,7 +134,7 @@ def test_unlink_open_write_read(mount_factory, mkfs):
     b0 = free_blocks(m.mnt)
     fd, ino = open_unlinked(m, "f", pattern("a", 4 * MiB))
     try:
-        assert listed(m.image) == [ino]
+        assert on_disk(m) == [ino]
         if mkfs == ORPHAN_FILE:
             assert last_orphan(m.image) == 0
             assert "orphan_present" in features(m.image)
@@ -135,11 +143,11 @@ def test_unlink_open_write_read(mount_factory, mkfs):
         assert os.pread(fd, 4 * MiB, 0) == pattern("a", 4 * MiB)
         assert os.pread(fd, MiB, 4 * MiB) == pattern("b", MiB)
         os.ftruncate(fd, MiB)        # a truncate of an orphan keeps it listed
-        assert listed(m.image) == [ino]
+        assert on_disk(m) == [ino]
         assert os.fstat(fd).st_nlink == 0
     finally:
         os.close(fd)
-    assert wait_for(lambda: listed(m.image) == [], timeout=10)
+    assert wait_for(lambda: on_disk(m) == [], timeout=10)
     assert wait_for(lambda: free_blocks(m.mnt) >= b0 - 2, timeout=10)
     commit(m)                       # orphan_present follows at the commit
     assert "orphan_present" not in features(m.image)
@@ -155,19 +163,19 @@ def test_two_handles_and_hard_link(mount_factory):
     ino = os.fstat(fd1).st_ino
     try:
         os.unlink(a)
-        assert listed(m.image) == []          # still linked as b
+        assert on_disk(m) == []          # still linked as b
         os.unlink(b)
-        assert listed(m.image) == [ino]
+        assert on_disk(m) == [ino]
         os.pwrite(fd1, b"one", 0)
         os.close(fd1)
         fd1 = -1
-        assert listed(m.image) == [ino]      # fd2 still holds it
+        assert on_disk(m) == [ino]      # fd2 still holds it
         assert os.pread(fd2, 3, 0) == b"one"
     finally:
         if fd1 >= 0:
             os.close(fd1)
         os.close(fd2)
-    assert wait_for(lambda: listed(m.image) == [], timeout=10)
+    assert wait_for(lambda: on_disk(m) == [], timeout=10)
 
 
 def test_rename_over_open_file(mount_factory):
@@ -180,11 +188,11 @@ def test_rename_over_open_file(mount_factory):
     ino = os.fstat(fd).st_ino
     try:
         os.rename(m.path("src"), m.path("target"))
-        assert listed(m.image) == [ino]
+        assert on_disk(m) == [ino]
         assert os.pread(fd, MiB, 0) == pattern("t", MiB)
     finally:
         os.close(fd)
-    assert wait_for(lambda: listed(m.image) == [], timeout=10)
+    assert wait_for(lambda: on_disk(m) == [], timeout=10)
     with open(m.path("target"), "rb") as f:
         assert f.read() == b"new"
 
@@ -197,11 +205,11 @@ def test_unlink_open_directory(mount_factory):
     ino = os.fstat(fd).st_ino
     try:
         os.rmdir(d)
-        assert listed(m.image) == [ino]
+        assert on_disk(m) == [ino]
         assert os.listdir(fd) == []
     finally:
         os.close(fd)
-    assert wait_for(lambda: listed(m.image) == [], timeout=10)
+    assert wait_for(lambda: on_disk(m) == [], timeout=10)
     assert os.stat(m.mnt).st_nlink == 3
 
 
@@ -209,14 +217,14 @@ def test_many_orphans_in_any_order(mount_factory):
     """The legacy chain stays walkable while orphans leave from the middle."""
     m = mount_factory()
     fds = [open_unlinked(m, "o%d" % i, pattern(i, 20000)) for i in range(12)]
-    assert listed(m.image) == [ino for _, ino in reversed(fds)]
+    assert on_disk(m) == [ino for _, ino in reversed(fds)]
     for i in (5, 11, 0, 7, 6, 1):
         os.close(fds[i][0])
     want = [ino for i, (_, ino) in enumerate(fds) if i not in (5, 11, 0, 7, 6, 1)]
-    assert wait_for(lambda: listed(m.image) == want[::-1], timeout=10)
+    assert wait_for(lambda: on_disk(m) == want[::-1], timeout=10)
     for i in (2, 3, 4, 8, 9, 10):
         os.close(fds[i][0])
-    assert wait_for(lambda: listed(m.image) == [], timeout=10)
+    assert wait_for(lambda: on_disk(m) == [], timeout=10)
 
 
 def test_shrinking_truncate_leaves_the_list(mount_factory):
@@ -226,7 +234,7 @@ def test_shrinking_truncate_leaves_the_list(mount_factory):
         f.write(pattern("big", 8 * MiB))
     b0 = free_blocks(m.mnt)
     os.truncate(p, 1000)
-    assert listed(m.image) == []
+    assert on_disk(m) == []
     assert free_blocks(m.mnt) >= b0 + 2000
     with open(p, "rb") as f:
         assert f.read() == pattern("big", 8 * MiB)[:1000]
@@ -263,7 +271,7 @@ def test_sigkill_with_many_orphans(mount_factory, monkeypatch):
     fds = [open_unlinked(m, "o%d" % i, pattern(i, 50000))[0] for i in range(20)]
     for fd in fds[::3]:
         os.close(fd)
-    assert wait_for(lambda: len(listed(m.image)) == 13, timeout=10)
+    assert wait_for(lambda: len(on_disk(m)) == 13, timeout=10)
     commit(m)                       # the closed ones' frees reach the bitmaps
     kill_daemon(m)
     for fd in fds[1:]:
@@ -515,5 +523,5 @@ def test_stress_unlink_and_dnotify(mount_factory):
     r = subprocess.run(["stress-ng", "--dnotify", "2", "-t", "4", "--temp-path",
                         m.mnt], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert wait_for(lambda: listed(m.image) == [], timeout=10)
+    assert wait_for(lambda: on_disk(m) == [], timeout=10)
     assert sorted(os.listdir(m.mnt)) == ["lost+found"]
