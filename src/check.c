@@ -5,9 +5,9 @@
  * geometry against the device, the group descriptors, and the bitmaps read
  * fast on huge images.
  */
-#include "iocache.h"
+#include "io/cache.h"
 #include "rrfs.h"
-#include "io.h"
+#include "io/dev.h"
 #include "log.h"
 #include "mount.h"
 

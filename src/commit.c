@@ -5,7 +5,7 @@
  * superblock's primary copy on its own when the orphan list needs it first.
  */
 #include "rrfs.h"
-#include "io.h"
+#include "io/dev.h"
 #include "log.h"
 #include "orphan.h"
 #include "error.h"

@@ -6,7 +6,8 @@
  * formats it.
  */
 #include "ctl.h"
-#include "iocache.h"
+#include "io/cache.h"
+#include "io/dev.h"
 #include "log.h"
 #include "rrfs.h"
 
@@ -15,10 +16,18 @@
 #include <string.h>
 #include <unistd.h>
 
-static void ctl_cache_stats(struct rr_fs *rfs, struct rrctl_stats *s)
+/* The I/O stack's counters: the device's, the cache's (when there is one). */
+static void ctl_io_stats(struct rr_fs *rfs, struct rrctl_stats *s)
 {
 	struct io_cache_stats c;
+	struct io_dev_stats d;
 
+	io_dev_stats(rfs->fs->io, &d);
+	s->io_meta_reads = d.meta_reads;
+	s->io_meta_writes = d.meta_writes;
+	s->io_data_reads = d.data_reads;
+	s->io_data_writes = d.data_writes;
+	s->io_flushes = d.flushes;
 	if (io_cache_stats(rfs->fs->io, &c))
 		return;
 	s->cache_blocks = c.blocks;
@@ -151,7 +160,7 @@ int rr_ctl(struct rr_fs *rfs, unsigned int cmd, uid_t uid, const void *in, size_
 		rr_fs_lock(rfs);
 		rr_alloc_stats(rfs->alloc, &buf->s);
 		rr_fs_unlock(rfs);
-		ctl_cache_stats(rfs, &buf->s);
+		ctl_io_stats(rfs, &buf->s);
 		return 0;
 	default:
 		return ctl_tunable(rfs, cmd, uid, &buf->t);

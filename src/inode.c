@@ -460,6 +460,25 @@ static errcode_t write_fresh_inode(ext2_filsys fs, ext2_ino_t ino, const struct 
 }
 
 /*
+ * A new inode's generation: any value will do for NFS, and it seeds the
+ * inode's checksum.  The kernel draws it from a fast generator, as here
+ * (splitmix64, seeded once per thread): a getrandom per create was a
+ * system call per file.
+ */
+static __u32 generation(void)
+{
+	static __thread uint64_t state;
+	uint64_t z;
+
+	if (!state && getrandom(&state, sizeof(state), 0) != sizeof(state))
+		state = (uint64_t)random() << 32 | (uint64_t)random();
+	z = (state += 0x9E3779B97F4A7C15ULL);
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+	return (__u32)(z ^ (z >> 31));
+}
+
+/*
  * Allocate and initialise a new inode (not yet linked anywhere).  Caller
  * holds the fs lock.  Regular files and directories get an empty extent
  * tree when the filesystem has extents.
@@ -505,14 +524,7 @@ int inode_new(struct rr_fs *rfs, ext2_ino_t dir, mode_t mode, uid_t uid, gid_t g
 		in->i_extra_isize = want;
 	}
 	inode_touch(in, RR_ATIME | RR_MTIME | RR_CTIME | RR_CRTIME);
-	{
-		__u32 g;
-
-		/* Any value will do for NFS; it also seeds the inode's checksum. */
-		if (getrandom(&g, sizeof(g), 0) != sizeof(g))
-			g = (__u32)random();
-		in->i_generation = g;
-	}
+	in->i_generation = generation();
 	if (S_ISCHR(mode) || S_ISBLK(mode))
 		inode_set_rdev(in, rdev);
 	if ((S_ISREG(mode) || isdir) && ext2fs_has_feature_extents(fs->super)) {

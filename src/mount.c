@@ -6,8 +6,8 @@
  * clean again.
  */
 #include "rrfs.h"
-#include "io.h"
-#include "iocache.h"
+#include "io/dev.h"
+#include "io/cache.h"
 #include "log.h"
 #include "orphan.h"
 #include "error.h"
@@ -218,7 +218,7 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 	 * On 16 TiB, the backups were thousands of writes at every commit.
 	 */
 	fs->flags |= EXT2_FLAG_MASTER_SB_ONLY;
-	rfs->dev = io_dev_of(io_cache_lower(fs->io));
+	rfs->dev = fs->io;
 	rfs->bsize = fs->blocksize;
 	rfs->bbits = (unsigned int)(__builtin_ctz(fs->blocksize));
 	ret = io_set_direct(rfs->dev, rfs->opts.direct, msg, msglen);

@@ -51,7 +51,7 @@
  * sits on its own cache lines at the end of struct rr_fs.
  */
 #include "orphan.h"
-#include "io.h"
+#include "io/dev.h"
 #include "log.h"
 #include "rrfs.h"
 

@@ -131,7 +131,7 @@ struct rr_fs {
 	/* Read-mostly after mount: geometry, options, handles. */
 	const struct rr_data_hooks *hooks;
 	ext2_filsys fs;
-	struct io_dev *dev;	/* the data path's handle on the image or device (io.h) */
+	io_channel dev;		/* the top of the I/O stack, for the data path (io/dev.h: io_data_*) */
 	unsigned int bsize;
 	unsigned int bbits;
 	atomic_int ro;		/* set at mount; errors=remount-ro sets it later */

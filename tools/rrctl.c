@@ -200,6 +200,11 @@ static int stats(int fd)
 	       (unsigned long long)s.cache_max, (unsigned long long)s.cache_hits,
 	       (unsigned long long)s.cache_misses, (unsigned long long)s.cache_writes,
 	       (unsigned long long)s.cache_dropped);
+	printf("device: %llu metadata reads, %llu metadata writes, %llu data reads, %llu data writes, "
+	       "%llu flushes\n",
+	       (unsigned long long)s.io_meta_reads, (unsigned long long)s.io_meta_writes,
+	       (unsigned long long)s.io_data_reads, (unsigned long long)s.io_data_writes,
+	       (unsigned long long)s.io_flushes);
 	return 0;
 }
 

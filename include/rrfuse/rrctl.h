@@ -92,6 +92,8 @@ struct rrctl_stats {
 	 * dropped because file data overwrote them. */
 	uint64_t cache_blocks, cache_dirty, cache_max, cache_hits, cache_misses, cache_writes;
 	uint64_t cache_dropped;
+	/* The device (src/io/dev.c): calls that moved bytes, metadata and file data apart. */
+	uint64_t io_meta_reads, io_meta_writes, io_data_reads, io_data_writes, io_flushes;
 	uint64_t reserved[1];
 };
 

@@ -64,6 +64,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 RRFUSE = os.environ.get("RRFUSE") or os.path.join(REPO, "build", "rrfuse")
+RRCTL = os.environ.get("RRCTL") or os.path.join(os.path.dirname(RRFUSE), "rrctl")
 KERNEL = os.environ.get("RRFUSE_TEST_KERNEL", "") not in ("", "0")
 TMPROOT = os.environ.get("RRFUSE_TMP") or "/var/tmp"
 KEEP = os.environ.get("RRFUSE_KEEP", "") not in ("", "0")
@@ -972,3 +973,13 @@ def getdents(path, bufsize=32768, start=None, max_calls=None):
     finally:
         os.close(fd)
     return out
+
+
+def device_io(m):
+    """The device's counters from `rrctl -s` (src/io/dev.c): calls that moved
+    bytes, as metadata_reads, metadata_writes, data_reads, data_writes, flushes."""
+    out = subprocess.run([RRCTL, m.mnt, "-s"], capture_output=True, text=True, check=True).stdout
+    line = [l for l in out.splitlines() if l.startswith("device:")]
+    assert line, out
+    return {k.replace(" ", "_"): int(v) for v, k in
+            re.findall(r"(\d+) (metadata reads|metadata writes|data reads|data writes|flushes)", line[0])}

@@ -1,4 +1,4 @@
-"""The metadata block cache (src/iocache.c): metadata blocks are read from
+"""The metadata block cache (src/io/cache.c): metadata blocks are read from
 memory once read and written at commits; file data never meets a stale
 cached copy of a block that was metadata before.  Every test ends with the
 fixture's unmount, `e2fsck -fn` and the kernel's read-back of the tree."""
@@ -10,11 +10,9 @@ import threading
 
 import pytest
 
-from conftest import RRFUSE, pattern
+from conftest import RRCTL, RRFUSE, device_io, pattern
 
 pytestmark = pytest.mark.rrfuse_only
-
-RRCTL = os.environ.get("RRCTL") or os.path.join(os.path.dirname(RRFUSE), "rrctl")
 
 
 def cache_line(m):
@@ -98,6 +96,36 @@ def test_cache_serves_metadata_and_writes_at_commit(mount_factory):
     writes = after["write-back"] - before["write-back"]
     assert 0 < writes <= 200, after
     assert after["dirty"] == 0, after
+
+
+@pytest.mark.parametrize("cache", ["default", "cache_mb=0"])
+def test_creates_per_metadata_write(mount_factory, cache):
+    """W5's creates (10 directories of 500 files of 4 KiB) under the default
+    commit interval, then a commit (fsync): at most one metadata write
+    syscall per 10 creates, counted by the device.  Without the cache, each
+    create writes its inode, directory and bitmap blocks itself."""
+    m = mount_factory(size="512M", opts=None if cache == "default" else cache)
+    before = device_io(m)
+    block = pattern("w5", 4096)
+    for d in range(10):
+        os.mkdir(m.path("d%d" % d))
+        for i in range(500):
+            with open(m.path("d%d/f%05d" % (d, i)), "wb") as f:
+                f.write(block)
+    fd = os.open(m.path("d0"), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    after = device_io(m)
+    writes = after["metadata_writes"] - before["metadata_writes"]
+    print("5000 creates (%s): %d metadata writes, %d data writes"
+          % (cache, writes, after["data_writes"] - before["data_writes"]))
+    assert after["data_writes"] - before["data_writes"] >= 5000, after
+    if cache == "default":
+        assert writes <= 500, (before, after)
+    else:
+        assert writes > 5000, (before, after)
 
 
 def test_cache_off_writes_through(mount_factory):

@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from conftest import RRFUSE, leaf_extents, make_image, run_mounted
+from conftest import RRCTL, RRFUSE, leaf_extents, make_image, run_mounted
 
 pytestmark = pytest.mark.rrfuse_only
 
@@ -29,9 +29,6 @@ FILES, FILE_MIB = 4, 32
 def extents(image, name):
     """Leaf extents of /name as (physical start, length)."""
     return [(p, n) for _, p, n in leaf_extents(image, name)]
-
-
-RRCTL = os.environ.get("RRCTL") or os.path.join(os.path.dirname(RRFUSE), "rrctl")
 
 
 def group_free(mnt):

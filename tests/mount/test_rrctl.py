@@ -18,12 +18,12 @@ import time
 
 import pytest
 
-from conftest import RRFUSE, REPO, pattern, wait_for
+from conftest import RRCTL, RRFUSE, REPO, pattern, wait_for
 from test_unprivileged import user_dir  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.rrfuse_only
 
-RRCTL = os.environ.get("RRCTL") or os.path.join(os.path.dirname(RRFUSE), "rrctl")
+
 MAN = os.path.join(REPO, "doc", "rrctl.8")
 
 DEFAULTS = {
@@ -39,7 +39,7 @@ TUNABLE = struct.Struct("<IIiI32s64s128s")
 GROUP_FIELDS = 4 + 18
 GROUPS_HDR = struct.Struct("<IIiIIIII")
 GROUPS_SIZE = GROUPS_HDR.size + 128 * GROUP_FIELDS * 4
-STATS_SIZE = 4 * 4 + 8 * (14 + 4 * 5 + 8)
+STATS_SIZE = 4 * 4 + 8 * (14 + 4 * 5 + 7 + 5 + 1)   # counters, the cache's, the device's, reserved
 
 
 def iowr(nr, size):
@@ -267,9 +267,11 @@ STATS_OFF = ("mballoc:\n\tmb stats collection turned off.\n"
 
 
 def allocator_stats(mnt):
-    """rrctl -s without its last line, the metadata cache's (test_cache.py reads that)."""
+    """rrctl -s without its last two lines, the metadata cache's and the
+    device's (test_cache.py reads those)."""
     out = rrctl(mnt, "-s").stdout
-    assert out.splitlines()[-1].startswith("metadata cache: "), out
+    assert out.splitlines()[-2].startswith("metadata cache: "), out
+    assert out.splitlines()[-1].startswith("device: "), out
     return out[:out.rindex("metadata cache: ")]
 STATS_KEYS = (["reqs", "success", "groups_scanned"] +
               [k for cr in ("p2_aligned", "goal_fast", "best_avail", "goal_slow", "any_free")

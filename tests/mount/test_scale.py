@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-from conftest import TMPROOT, make_image, pattern
+from conftest import TMPROOT, device_io, make_image, pattern
 
 pytestmark = pytest.mark.rrfuse_only
 
@@ -86,4 +86,17 @@ def test_16tib_sparse_image(mount_factory):
     rss = vmhwm_mib(m.proc.pid)
     print("16 TiB image: daemon VmHWM %.1f MiB after mount and a 48 MiB write" % rss)
     assert rss < RSS_LIMIT_MIB, "daemon peak RSS %.0f MiB on a 16 TiB image" % rss
+    # A commit writes what changed (issue 15: fewer than 50 writes for this
+    # fsync).  Not yet: libext2fs's flush writes every initialised group's
+    # bitmaps (8192 here), and they do not fit the cache to be compared.
+    before = device_io(m)
+    with open(m.path("d", "small"), "wb") as f:
+        f.write(pattern("small", 4096))
+        f.flush()
+        os.fsync(f.fileno())
+    writes = device_io(m)["metadata_writes"] - before["metadata_writes"]
+    print("16 TiB image: fsync after a 4 KiB write: %d metadata writes" % writes)
+    if writes >= 50:
+        pytest.xfail("fsync after a 4 KiB write made %d metadata writes (every initialised "
+                     "group's bitmaps): bitmaps are not yet written per changed group" % writes)
     # Teardown: unmount (daemon exit 0), e2fsck -fn clean, the kernel sees the same tree.

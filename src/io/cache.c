@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * rr_cache: the metadata block cache, an io_manager over the device manager.
+ * rr_cache: the metadata block cache, an io_manager in the stack (layer.h).
  *
  * Coherence with the data path, which writes the same device through its
  * own handle (io_data_write), is why there was no cache before.  The rules,
  * and where each is kept:
  *  - A block freed as metadata and reused for file data is never
- *    overwritten later by a stale cached copy: the device manager calls
- *    cache_data_written (its data-write hook) before every data write, and
+ *    overwritten later by a stale cached copy: every data write is offered
+ *    to this layer before the device writes it (cache_data, layer.h), and
  *    the copy is dropped, dirty or not.  Write-back holds the cache lock
  *    while it writes, so a data write either waits for it or has dropped
  *    the block before write-back looks.
@@ -23,8 +23,9 @@
  * record the error, and may write the superblock through this cache) run
  * after it is released.
  */
-#include "iocache.h"
-#include "io.h"
+#include "io/cache.h"
+#include "io/fail.h"
+#include "io/layer.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -49,7 +50,7 @@ struct cache_ent {
 };
 
 struct cache {
-	io_channel lower;
+	struct io_layer layer;	/* first: the stack's view */
 	pthread_mutex_t lock;
 	/* protected by lock: */
 	struct cache_ent **hash;
@@ -76,9 +77,12 @@ static struct cache *cache_of(io_channel ch)
 
 io_channel io_cache_lower(io_channel ch)
 {
-	struct cache *c = cache_of(ch);
+	struct io_layer *l;
 
-	return c ? c->lower : ch;
+	for (; (l = io_layer_of(ch)) && l->lower; ch = l->lower)
+		if (ch->manager == rr_cache_io_manager)
+			return l->lower;
+	return ch;
 }
 
 static size_t bucket(const struct cache *c, blk64_t blk)
@@ -178,13 +182,13 @@ static errcode_t writeback(struct cache *c)
 		for (i = start + 1; i < k && i - start < CACHE_RUN_MAX && v[i]->blk == v[i - 1]->blk + 1; i++)
 			;
 		if (i - start == 1) {
-			err = io_channel_write_blk64(c->lower, v[start]->blk, 1, v[start]->data);
+			err = io_channel_write_blk64(c->layer.lower, v[start]->blk, 1, v[start]->data);
 		} else {
 			size_t j;
 
 			for (j = start; j < i; j++)
 				memcpy(run + (j - start) * c->bsize, v[j]->data, c->bsize);
-			err = io_channel_write_blk64(c->lower, v[start]->blk, (int)(i - start), run);
+			err = io_channel_write_blk64(c->layer.lower, v[start]->blk, (int)(i - start), run);
 		}
 		if (err && !c->werr) {
 			c->werr = err;
@@ -298,14 +302,14 @@ static errcode_t shape(struct cache *c, unsigned int bsize)
 	return 0;
 }
 
-/* The device manager's hook: file data is about to overwrite [off, off+len). */
-static void cache_data_written(void *arg, uint64_t off, uint64_t len)
+/* The stack's data callback: file data is about to be read or written at [off, off+len). */
+static int cache_data(struct io_layer *l, int write, uint64_t off, uint64_t len)
 {
-	struct cache *c = arg;
+	struct cache *c = (struct cache *)l;
 	uint64_t first, last;
 
-	if (!len)
-		return;
+	if (!write || !len)
+		return 0;
 	pthread_mutex_lock(&c->lock);
 	if (c->n) {
 		first = off / c->bsize;
@@ -315,50 +319,38 @@ static void cache_data_written(void *arg, uint64_t off, uint64_t len)
 		c->st.dropped -= c->n;
 	}
 	pthread_mutex_unlock(&c->lock);
+	return 0;
 }
 
 static errcode_t cache_open(const char *name, int flags, io_channel *channel)
 {
-	struct cache *c = NULL;
-	io_channel ch = NULL, lower = NULL;
+	struct cache *c;
+	io_channel ch, lower;
 	errcode_t err;
 
-	err = rr_io_manager->open(name, flags, &lower);
+	err = rr_fail_io_manager->open(name, flags, &lower);
 	if (err)
 		return err;
 	if (!cache_mb) {
-		*channel = lower;	/* no cache: the device manager alone */
+		*channel = lower;	/* no cache: the layers below alone */
 		return 0;
 	}
-	err = ext2fs_get_memzero(sizeof(*ch), &ch);
-	if (!err)
-		err = ext2fs_get_memzero(sizeof(*c), &c);
-	if (!err)
-		err = ext2fs_get_mem(strlen(name) + 1, &ch->name);
-	if (!err) {
-		c->lru.next = c->lru.prev = &c->lru;
-		err = shape(c, (unsigned int)lower->block_size);
-	}
+	err = io_stacked_new(rr_cache_io_manager, lower, sizeof(*c), &ch);
 	if (err) {
-		if (c)
-			free(c->hash);
-		ext2fs_free_mem(&c);
-		if (ch)
-			ext2fs_free_mem(&ch->name);
-		ext2fs_free_mem(&ch);
 		io_channel_close(lower);
 		return err;
 	}
-	strcpy(ch->name, name);
+	c = ch->private_data;
+	c->lru.next = c->lru.prev = &c->lru;
+	err = shape(c, (unsigned int)lower->block_size);
+	if (err) {
+		free(c->hash);
+		io_stacked_free(ch);
+		io_channel_close(lower);
+		return err;
+	}
 	pthread_mutex_init(&c->lock, NULL);
-	c->lower = lower;
-	ch->magic = EXT2_ET_MAGIC_IO_CHANNEL;
-	ch->manager = rr_cache_io_manager;
-	ch->block_size = lower->block_size;
-	ch->refcount = 1;
-	ch->flags = lower->flags;
-	ch->private_data = c;
-	io_set_data_write_hook(io_dev_of(lower), cache_data_written, c);
+	c->layer.data = cache_data;
 	*channel = ch;
 	return 0;
 }
@@ -374,16 +366,13 @@ static errcode_t cache_close(io_channel ch)
 	err = writeback(c);
 	clear(c);
 	pthread_mutex_unlock(&c->lock);
-	io_set_data_write_hook(io_dev_of(c->lower), NULL, NULL);
 	if (!err)
-		err = io_channel_close(c->lower);
+		err = io_channel_close(c->layer.lower);
 	else
-		io_channel_close(c->lower);
+		io_channel_close(c->layer.lower);
 	pthread_mutex_destroy(&c->lock);
 	free(c->hash);
-	ext2fs_free_mem(&ch->private_data);
-	ext2fs_free_mem(&ch->name);
-	ext2fs_free_mem(&ch);
+	io_stacked_free(ch);
 	return err;
 }
 
@@ -395,7 +384,7 @@ static errcode_t cache_set_blksize(io_channel ch, int blksize)
 	pthread_mutex_lock(&c->lock);
 	err = writeback(c);
 	if (!err)
-		err = io_channel_set_blksize(c->lower, blksize);
+		err = io_channel_set_blksize(c->layer.lower, blksize);
 	if (!err && (unsigned int)blksize != c->bsize)
 		err = shape(c, (unsigned int)blksize);
 	if (!err)
@@ -433,7 +422,7 @@ static errcode_t cache_read_blk64(io_channel ch, unsigned long long block, int c
 		if (any_dirty(c, block, (bytes + c->bsize - 1) / c->bsize))
 			err = writeback(c);
 		if (!err)
-			err = io_channel_read_blk64(c->lower, block, count, data);
+			err = io_channel_read_blk64(c->layer.lower, block, count, data);
 		pthread_mutex_unlock(&c->lock);
 		return report(ch, err);
 	}
@@ -441,7 +430,7 @@ static errcode_t cache_read_blk64(io_channel ch, unsigned long long block, int c
 		miss = !lookup(c, block + (unsigned int)i);
 	if (miss) {
 		c->st.misses += (uint64_t)count;
-		err = io_channel_read_blk64(c->lower, block, count, data);
+		err = io_channel_read_blk64(c->layer.lower, block, count, data);
 		if (err) {
 			pthread_mutex_unlock(&c->lock);
 			if (ch->read_error)
@@ -477,7 +466,7 @@ static errcode_t cache_write_byte(io_channel ch, unsigned long offset, int size,
 	pthread_mutex_lock(&c->lock);
 	err = writeback(c);
 	if (!err)
-		err = io_channel_write_byte(c->lower, offset, size, data);
+		err = io_channel_write_byte(c->layer.lower, offset, size, data);
 	/* Clean copies of the blocks it touched learn the new bytes. */
 	for (b = offset / c->bsize; !err && size > 0 && b <= (offset + (unsigned long)size - 1) / c->bsize; b++) {
 		uint64_t bstart = b * c->bsize, from = offset > bstart ? offset : bstart;
@@ -519,7 +508,7 @@ static errcode_t cache_write_blk64(io_channel ch, unsigned long long block, int 
 				/* No memory: this block goes to the device now, in order. */
 				err = writeback(c);
 				if (!err)
-					err = io_channel_write_blk64(c->lower, block + (unsigned int)i, 1, p);
+					err = io_channel_write_blk64(c->layer.lower, block + (unsigned int)i, 1, p);
 				if (err)
 					break;
 				continue;
@@ -553,7 +542,7 @@ static errcode_t cache_flush(io_channel ch)
 	err = writeback(c);
 	pthread_mutex_unlock(&c->lock);
 	err = report(ch, err);
-	return err ? err : io_channel_flush(c->lower);
+	return err ? err : io_channel_flush(c->layer.lower);
 }
 
 int io_cache_stats(io_channel ch, struct io_cache_stats *st)
@@ -575,16 +564,16 @@ static errcode_t cache_readahead(io_channel ch, unsigned long long block, unsign
 {
 	struct cache *c = ch->private_data;
 
-	return io_channel_cache_readahead(c->lower, block, count);
+	return io_channel_cache_readahead(c->layer.lower, block, count);
 }
 
 static errcode_t cache_set_option(io_channel ch, const char *option, const char *arg)
 {
 	struct cache *c = ch->private_data;
 
-	if (!c->lower->manager->set_option)
+	if (!c->layer.lower->manager->set_option)
 		return EXT2_ET_INVALID_ARGUMENT;
-	return c->lower->manager->set_option(c->lower, option, arg);
+	return c->layer.lower->manager->set_option(c->layer.lower, option, arg);
 }
 
 /* Zeroed or discarded below: the device's content is the truth, cached copies go first. */
@@ -596,7 +585,7 @@ static errcode_t drop_then(io_channel ch, unsigned long long block, unsigned lon
 
 	pthread_mutex_lock(&c->lock);
 	drop_range(c, block, count);
-	err = op(c->lower, block, count);
+	err = op(c->layer.lower, block, count);
 	pthread_mutex_unlock(&c->lock);
 	return err;
 }

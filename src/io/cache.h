@@ -1,15 +1,14 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * The metadata block cache: an io_manager stacked on the device manager
- * (rr_io_manager), as e2fsprogs stacks undo_io on unix_io.  Metadata reads
+ * The metadata block cache: an io_manager in the stack (layer.h).  Metadata reads
  * are served from memory once read; writes mark the block dirty and return;
  * dirty blocks reach the device in block order, merged, at a flush (the
  * commit), before any byte-addressed write (the superblock, which must not
  * name what is not on the device yet), and when dirty blocks crowd the
  * cache.
  */
-#ifndef RRFUSE_IOCACHE_H
-#define RRFUSE_IOCACHE_H
+#ifndef RRFUSE_IO_CACHE_H
+#define RRFUSE_IO_CACHE_H
 
 #include <stdint.h>
 #include <ext2fs/ext2fs.h>
@@ -22,7 +21,7 @@ extern io_manager rr_cache_io_manager;
 /* Set before ext2fs_open2(): the bound, MiB (clean blocks are evicted least recently used first). */
 void io_cache_set_mb(unsigned int mb);
 
-/* The channel under the cache (the device manager's), or ch itself when it is not a cache. */
+/* The channel under the cache in ch's stack (past it, to the device), or ch when there is no cache. */
 io_channel io_cache_lower(io_channel ch);
 
 struct io_cache_stats {

@@ -1,15 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * rr_io: the io_manager under libext2fs and the data path.
+ * rr_io: the device manager, at the bottom of the I/O stack (layer.h).
  *
- * libext2fs's unix_io keeps a small write-back block cache that is not safe
- * against the data path writing the same device from other threads (a block
- * freed as metadata and reused for data could be overwritten later by a stale
- * cached copy).  This manager has no cache: every metadata read and write is
- * a pread/pwrite on the one descriptor the data path also uses, so the page
- * cache is the only cache and ordering is the order of the calls.
+ * Every metadata read and write is a pread/pwrite on the one descriptor the
+ * data path also uses (unless the data path's transfer goes O_DIRECT), in
+ * the order of the calls: caching is the layers' above (cache.c), which see
+ * every data transfer before it reaches this file.  Not libext2fs's
+ * unix_io: its block cache is not safe against the data path writing the
+ * same device from other threads.
  */
-#include "io.h"
+#include "io/dev.h"
+#include "io/layer.h"
 #include "log.h"
 #include "trace.h"
 
@@ -19,6 +20,7 @@
 #include <string.h>
 #include <linux/fs.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/file.h>
 #include <sys/ioctl.h>
 #include <stdio.h>
@@ -29,53 +31,15 @@
 
 /* The device (image file or block device) under the channel; the data path's handle. */
 struct io_dev {
+	struct io_layer layer;	/* first: the stack's view (nothing below, nothing to do with data) */
 	int fd;
 	int dfd;		/* O_DIRECT descriptor for the data path, or -1 */
 	unsigned int dalign;	/* its offset, length and memory alignment */
 	int bdev;		/* a block device */
 	const char *name;	/* the channel's */
-	/* The layer above's hook, called before every data write (io_set_data_write_hook). */
-	void (*data_hook)(void *arg, uint64_t off, uint64_t len);
-	void *data_hook_arg;
+	/* Calls that moved bytes (io_dev_stats); relaxed atomics, any thread. */
+	atomic_uint_fast64_t meta_reads, meta_writes, data_reads, data_writes, flushes;
 };
-
-/*
- * Testing only: RRFUSE_IO_FAIL="r:N,w:M,..." makes every read (r) or write
- * (w) that touches the 4 KiB block N of the image fail with EIO, as a bad
- * sector would, for the tests of error handling (as e2fsprogs' test_io).
- */
-#define IO_FAIL_MAX 8
-static struct {
-	int n;
-	char op[IO_FAIL_MAX];
-	uint64_t blk[IO_FAIL_MAX];
-} io_fail;
-
-static void io_fail_parse(void)
-{
-	const char *s = getenv("RRFUSE_IO_FAIL");
-	char *end;
-
-	io_fail.n = 0;
-	while (s && *s && io_fail.n < IO_FAIL_MAX) {
-		if ((s[0] != 'r' && s[0] != 'w') || s[1] != ':')
-			break;
-		io_fail.op[io_fail.n] = s[0];
-		io_fail.blk[io_fail.n++] = strtoull(s + 2, &end, 10);
-		s = *end == ',' ? end + 1 : end;
-	}
-}
-
-static int io_fails(char op, uint64_t off, size_t len)
-{
-	int i;
-
-	for (i = 0; i < io_fail.n; i++)
-		if (io_fail.op[i] == op && off < (io_fail.blk[i] + 1) * 4096 &&
-		    off + len > io_fail.blk[i] * 4096)
-			return 1;
-	return 0;
-}
 
 static int io_open_readonly;
 static int io_bdev_shared;
@@ -168,24 +132,31 @@ static int lock_image(int fd, int rw, const char *name)
 	return EBUSY;
 }
 
-struct io_dev *io_dev_of(io_channel ch)
+static struct io_dev *dev_of(io_channel ch)
 {
-	return ch->private_data;
+	return io_bottom(ch)->private_data;
 }
 
-void io_set_data_write_hook(struct io_dev *d, void (*fn)(void *arg, uint64_t off, uint64_t len),
-			    void *arg)
+static void tally(atomic_uint_fast64_t *c)
 {
-	d->data_hook = fn;
-	d->data_hook_arg = arg;
+	atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
+}
+
+void io_dev_stats(io_channel ch, struct io_dev_stats *st)
+{
+	struct io_dev *d = dev_of(ch);
+
+	st->meta_reads = atomic_load_explicit(&d->meta_reads, memory_order_relaxed);
+	st->meta_writes = atomic_load_explicit(&d->meta_writes, memory_order_relaxed);
+	st->data_reads = atomic_load_explicit(&d->data_reads, memory_order_relaxed);
+	st->data_writes = atomic_load_explicit(&d->data_writes, memory_order_relaxed);
+	st->flushes = atomic_load_explicit(&d->flushes, memory_order_relaxed);
 }
 
 static int io_pread_all(int fd, void *buf, size_t len, uint64_t off)
 {
 	char *p = buf;
 
-	if (io_fail.n && io_fails('r', off, len))
-		return -EIO;
 	while (len) {
 		ssize_t n = pread(fd, p, len, (off_t)off);
 
@@ -208,15 +179,6 @@ static int io_pread_all(int fd, void *buf, size_t len, uint64_t off)
 
 static int io_pwritev_all(int fd, struct iovec *iov, int iovcnt, uint64_t off)
 {
-	if (io_fail.n) {
-		size_t len = 0;
-		int i;
-
-		for (i = 0; i < iovcnt; i++)
-			len += iov[i].iov_len;
-		if (io_fails('w', off, len))
-			return -EIO;
-	}
 	while (iovcnt > 0) {
 		ssize_t n = pwritev(fd, iov, iovcnt, (off_t)off);
 
@@ -263,7 +225,6 @@ static errcode_t rr_io_open(const char *name, int flags, io_channel *channel)
 
 	if (!name)
 		return EXT2_ET_BAD_DEVICE_NAME;
-	io_fail_parse();
 	oflags = ((flags & IO_FLAG_RW) && !io_open_readonly) ? O_RDWR : O_RDONLY;
 	oflags |= O_CLOEXEC;
 	fd = open(name, oflags);
@@ -367,6 +328,7 @@ static errcode_t rr_io_read_blk64(io_channel ch, unsigned long long block, int c
 	int ret;
 
 	trace_io(TRACE_META, TRACE_READ, block * (uint64_t)ch->block_size, len);
+	tally(&priv->meta_reads);
 	ret = io_pread_all(priv->fd, data, len, block * (uint64_t)ch->block_size);
 
 	if (ret && ch->read_error)
@@ -382,6 +344,7 @@ static errcode_t rr_io_write_blk64(io_channel ch, unsigned long long block, int 
 	int ret;
 
 	trace_io(TRACE_META, TRACE_WRITE, block * (uint64_t)ch->block_size, len);
+	tally(&priv->meta_writes);
 	ret = io_pwrite_all(priv->fd, data, len, block * (uint64_t)ch->block_size);
 
 	if (ret && ch->write_error)
@@ -405,6 +368,7 @@ static errcode_t rr_io_write_byte(io_channel ch, unsigned long offset, int size,
 	int ret;
 
 	trace_io(TRACE_META, TRACE_WRITE, offset, (uint64_t)size);
+	tally(&priv->meta_writes);
 	ret = io_pwrite_all(priv->fd, data, (size_t)size, offset);
 
 	return ret ? (errcode_t)-ret : 0;
@@ -416,6 +380,7 @@ static errcode_t rr_io_flush(io_channel ch)
 	int ret;
 
 	trace_io(TRACE_NONE, TRACE_SYNC, 0, 0);
+	tally(&priv->flushes);
 	ret = io_flush(priv->fd);
 
 	return ret ? (errcode_t)-ret : 0;
@@ -450,7 +415,10 @@ static errcode_t rr_io_zeroout(io_channel ch, unsigned long long block, unsigned
 	trace_io(TRACE_META, TRACE_WRITE, off, len);
 	while (len) {
 		size_t n = len > sizeof(zero) ? sizeof(zero) : (size_t)len;
-		int ret = io_pwrite_all(priv->fd, zero, n, off);
+		int ret;
+
+		tally(&priv->meta_writes);
+		ret = io_pwrite_all(priv->fd, zero, n, off);
 
 		if (ret)
 			return (errcode_t)-ret;
@@ -490,10 +458,11 @@ static errcode_t rr_io_discard(io_channel ch, unsigned long long block, unsigned
 	return ret ? errno : 0;
 }
 
-/* ---- the data path's transfers, on its own handle (io_dev_of) ---- */
+/* ---- the data path's transfers, on the device's own descriptors ---- */
 
-int io_set_direct(struct io_dev *priv, int mode, char *msg, size_t msglen)
+int io_set_direct(io_channel ch, int mode, char *msg, size_t msglen)
 {
+	struct io_dev *priv = dev_of(ch);
 	int bdev = priv->bdev, flags, sector = 0;
 
 	if (mode < 0)
@@ -513,8 +482,10 @@ int io_set_direct(struct io_dev *priv, int mode, char *msg, size_t msglen)
 	return 0;
 }
 
-int io_direct_align(struct io_dev *priv)
+int io_direct_align(io_channel ch)
 {
+	struct io_dev *priv = dev_of(ch);
+
 	return priv->dfd >= 0 ? (int)priv->dalign : 0;
 }
 
@@ -547,11 +518,16 @@ static int aligned(const struct io_dev *priv, uint64_t off, size_t len)
 	return priv->dfd >= 0 && !(off % priv->dalign) && !(len % priv->dalign);
 }
 
-int io_data_read(struct io_dev *priv, void *buf, size_t len, uint64_t off)
+int io_data_read(io_channel ch, void *buf, size_t len, uint64_t off)
 {
+	struct io_dev *priv = dev_of(ch);
 	char *p = buf, *b;
+	int ret = io_layers_data(ch, 0, off, len);
 
+	if (ret)
+		return ret;
 	trace_io(TRACE_DATA, TRACE_READ, off, len);
+	tally(&priv->data_reads);
 	if (!aligned(priv, off, len))
 		return io_pread_all(priv->fd, buf, len, off);
 	if (!((uintptr_t)buf % priv->dalign))
@@ -560,8 +536,8 @@ int io_data_read(struct io_dev *priv, void *buf, size_t len, uint64_t off)
 		return io_pread_all(priv->fd, buf, len, off);
 	while (len) {
 		size_t n = len < BOUNCE_SIZE ? len : BOUNCE_SIZE;
-		int ret = io_pread_all(priv->dfd, b, n, off);
 
+		ret = io_pread_all(priv->dfd, b, n, off);
 		if (ret)
 			return ret;
 		memcpy(p, b, n);
@@ -572,17 +548,20 @@ int io_data_read(struct io_dev *priv, void *buf, size_t len, uint64_t off)
 	return 0;
 }
 
-int io_data_writev(struct io_dev *priv, struct iovec *iov, int iovcnt, uint64_t off)
+int io_data_writev(io_channel ch, struct iovec *iov, int iovcnt, uint64_t off)
 {
+	struct io_dev *priv = dev_of(ch);
 	size_t len = 0, fill = 0, done = 0;
 	char *b;
-	int i;
+	int i, ret;
 
 	for (i = 0; i < iovcnt; i++)
 		len += iov[i].iov_len;
-	if (priv->data_hook)
-		priv->data_hook(priv->data_hook_arg, off, len);
+	ret = io_layers_data(ch, 1, off, len);
+	if (ret)
+		return ret;
 	trace_io(TRACE_DATA, TRACE_WRITE, off, len);
+	tally(&priv->data_writes);
 	if (!aligned(priv, off, len) || !(b = bounce_buf()))
 		return io_pwritev_all(priv->fd, iov, iovcnt, off);
 	/* Gather into the bounce buffer, a full buffer (or the end) at a time. */
@@ -591,7 +570,6 @@ int io_data_writev(struct io_dev *priv, struct iovec *iov, int iovcnt, uint64_t 
 
 		while (pos < iov[i].iov_len) {
 			size_t n = iov[i].iov_len - pos;
-			int ret;
 
 			if (n > BOUNCE_SIZE - fill)
 				n = BOUNCE_SIZE - fill;
@@ -610,11 +588,11 @@ int io_data_writev(struct io_dev *priv, struct iovec *iov, int iovcnt, uint64_t 
 	return 0;
 }
 
-int io_data_write(struct io_dev *d, const void *buf, size_t len, uint64_t off)
+int io_data_write(io_channel ch, const void *buf, size_t len, uint64_t off)
 {
 	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
 
-	return io_data_writev(d, &iov, 1, off);
+	return io_data_writev(ch, &iov, 1, off);
 }
 
 static struct struct_io_manager rr_io_struct = {

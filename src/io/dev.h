@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The device manager, the bottom of the I/O stack (layer.h): the image file
+ * or block device, opened once for metadata and file data alike.
+ * Thread-safe: positional reads and writes only.
+ */
+#ifndef RRFUSE_IO_DEV_H
+#define RRFUSE_IO_DEV_H
+
+#include <stdint.h>
+#include <sys/uio.h>
+#include <ext2fs/ext2fs.h>
+
+extern io_manager rr_io_manager;
+
+/* Set before ext2fs_open2(): open flags the manager adds (O_RDONLY for ro). */
+void io_set_readonly(int ro);
+/* Set before ext2fs_open2(): the kernel will claim the block device (fuseblk), so no O_EXCL. */
+void io_set_shared_bdev(int on);
+/* The process holding a flock on fd's file (/proc/locks), 0 if not known. */
+long io_lock_holder(int fd);
+
+/*
+ * The data path's transfers, on the device's own descriptors (file data
+ * never crosses libext2fs's channel), each offered first to every layer
+ * above the device (layer.h).  ch: the top of the stack (libext2fs's
+ * fs->io).  With direct I/O on (io_set_direct: mode 1 on, 0 off, -1 on for
+ * block devices only) a transfer whose offset and length are aligned goes
+ * through an O_DIRECT descriptor, so file data is not cached a second time
+ * in the device's page cache under the kernel's FUSE cache, and reaches
+ * the device when written; anything else takes the buffered descriptor.
+ * The kernel keeps the two coherent (a direct transfer writes back and
+ * drops cached pages of its range first).  Thread-safe.
+ */
+int io_set_direct(io_channel ch, int mode, char *msg, size_t msglen);
+int io_direct_align(io_channel ch);	/* 0 when off */
+int io_data_read(io_channel ch, void *buf, size_t len, uint64_t off);
+int io_data_writev(io_channel ch, struct iovec *iov, int iovcnt, uint64_t off);
+int io_data_write(io_channel ch, const void *buf, size_t len, uint64_t off);
+
+/* What the device did: calls that moved bytes, metadata and data apart. */
+struct io_dev_stats {
+	uint64_t meta_reads, meta_writes;	/* through the channel (zeroing counts as writes) */
+	uint64_t data_reads, data_writes;	/* the data path's */
+	uint64_t flushes;
+};
+void io_dev_stats(io_channel ch, struct io_dev_stats *st);
+
+#endif

@@ -1,0 +1,214 @@
+// SPDX-License-Identifier: GPL-2.0
+/* rr_fail: fault injection stacked on the device manager (see fail.h). */
+#include "io/fail.h"
+#include "io/dev.h"
+#include "io/layer.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+/* Faults one variable may name; the rest of it is ignored. */
+#define FAIL_MAX 8
+/* The unit the variable's block numbers count in, bytes (whatever the file system's block size). */
+#define FAIL_UNIT 4096
+
+struct fail {
+	struct io_layer layer;	/* first: the stack's view */
+	int n;
+	char op[FAIL_MAX];	/* 'r' or 'w' */
+	uint64_t blk[FAIL_MAX];	/* in FAIL_UNIT */
+};
+
+/* The faults RRFUSE_IO_FAIL names: how many (0: none, and no layer). */
+static int parse(struct fail *f)
+{
+	const char *s = getenv("RRFUSE_IO_FAIL");
+	char *end;
+
+	f->n = 0;
+	while (s && *s && f->n < FAIL_MAX) {
+		if ((s[0] != 'r' && s[0] != 'w') || s[1] != ':')
+			break;
+		f->op[f->n] = s[0];
+		f->blk[f->n++] = strtoull(s + 2, &end, 10);
+		s = *end == ',' ? end + 1 : end;
+	}
+	return f->n;
+}
+
+static int fails(const struct fail *f, char op, uint64_t off, uint64_t len)
+{
+	int i;
+
+	for (i = 0; i < f->n; i++)
+		if (f->op[i] == op && off < (f->blk[i] + 1) * FAIL_UNIT && off + len > f->blk[i] * FAIL_UNIT)
+			return 1;
+	return 0;
+}
+
+static int fail_data(struct io_layer *l, int write, uint64_t off, uint64_t len)
+{
+	return fails((struct fail *)l, write ? 'w' : 'r', off, len) ? -EIO : 0;
+}
+
+static uint64_t bytes(io_channel ch, int count)
+{
+	/* A negative count is a byte count, by io_manager convention. */
+	return count < 0 ? (uint64_t)-count : (uint64_t)count * (uint64_t)ch->block_size;
+}
+
+static errcode_t fail_open(const char *name, int flags, io_channel *channel)
+{
+	struct fail probe, *f;
+	io_channel lower, ch;
+	errcode_t err;
+
+	err = rr_io_manager->open(name, flags, &lower);
+	if (err)
+		return err;
+	if (!parse(&probe)) {
+		*channel = lower;	/* nothing to fail: the device alone */
+		return 0;
+	}
+	err = io_stacked_new(rr_fail_io_manager, lower, sizeof(*f), &ch);
+	if (err) {
+		io_channel_close(lower);
+		return err;
+	}
+	f = ch->private_data;
+	parse(f);
+	f->layer.data = fail_data;
+	*channel = ch;
+	return 0;
+}
+
+static errcode_t fail_close(io_channel ch)
+{
+	struct fail *f = ch->private_data;
+	errcode_t err;
+
+	if (--ch->refcount > 0)
+		return 0;
+	err = io_channel_close(f->layer.lower);
+	io_stacked_free(ch);
+	return err;
+}
+
+static errcode_t fail_set_blksize(io_channel ch, int blksize)
+{
+	struct fail *f = ch->private_data;
+	errcode_t err = io_channel_set_blksize(f->layer.lower, blksize);
+
+	if (!err)
+		ch->block_size = blksize;
+	return err;
+}
+
+static errcode_t fail_read_blk64(io_channel ch, unsigned long long block, int count, void *data)
+{
+	struct fail *f = ch->private_data;
+	uint64_t len = bytes(ch, count);
+	errcode_t err;
+
+	if (fails(f, 'r', block * (uint64_t)ch->block_size, len))
+		err = EIO;
+	else
+		err = io_channel_read_blk64(f->layer.lower, block, count, data);
+	if (err && ch->read_error)
+		return ch->read_error(ch, (unsigned long)block, count, data, (size_t)len, 0, err);
+	return err;
+}
+
+static errcode_t fail_write_blk64(io_channel ch, unsigned long long block, int count, const void *data)
+{
+	struct fail *f = ch->private_data;
+	uint64_t len = bytes(ch, count);
+	errcode_t err;
+
+	if (fails(f, 'w', block * (uint64_t)ch->block_size, len))
+		err = EIO;
+	else
+		err = io_channel_write_blk64(f->layer.lower, block, count, data);
+	if (err && ch->write_error)
+		return ch->write_error(ch, (unsigned long)block, count, data, (size_t)len, 0, err);
+	return err;
+}
+
+static errcode_t fail_read_blk(io_channel ch, unsigned long block, int count, void *data)
+{
+	return fail_read_blk64(ch, block, count, data);
+}
+
+static errcode_t fail_write_blk(io_channel ch, unsigned long block, int count, const void *data)
+{
+	return fail_write_blk64(ch, block, count, data);
+}
+
+static errcode_t fail_write_byte(io_channel ch, unsigned long offset, int size, const void *data)
+{
+	struct fail *f = ch->private_data;
+
+	if (fails(f, 'w', offset, (uint64_t)size))
+		return EIO;
+	return io_channel_write_byte(f->layer.lower, offset, size, data);
+}
+
+static errcode_t fail_flush(io_channel ch)
+{
+	struct fail *f = ch->private_data;
+
+	return io_channel_flush(f->layer.lower);
+}
+
+static errcode_t fail_set_option(io_channel ch, const char *option, const char *arg)
+{
+	struct fail *f = ch->private_data;
+	io_channel lower = f->layer.lower;
+
+	if (!lower->manager->set_option)
+		return EXT2_ET_INVALID_ARGUMENT;
+	return lower->manager->set_option(lower, option, arg);
+}
+
+static errcode_t fail_zeroout(io_channel ch, unsigned long long block, unsigned long long count)
+{
+	struct fail *f = ch->private_data;
+
+	if (fails(f, 'w', block * (uint64_t)ch->block_size, count * (uint64_t)ch->block_size))
+		return EIO;
+	return io_channel_zeroout(f->layer.lower, block, count);
+}
+
+static errcode_t fail_discard(io_channel ch, unsigned long long block, unsigned long long count)
+{
+	struct fail *f = ch->private_data;
+
+	return io_channel_discard(f->layer.lower, block, count);
+}
+
+static errcode_t fail_readahead(io_channel ch, unsigned long long block, unsigned long long count)
+{
+	struct fail *f = ch->private_data;
+
+	return io_channel_cache_readahead(f->layer.lower, block, count);
+}
+
+static struct struct_io_manager fail_manager = {
+	.magic = EXT2_ET_MAGIC_IO_MANAGER,
+	.name = "rrfuse fault injection",
+	.open = fail_open,
+	.close = fail_close,
+	.set_blksize = fail_set_blksize,
+	.read_blk = fail_read_blk,
+	.write_blk = fail_write_blk,
+	.flush = fail_flush,
+	.write_byte = fail_write_byte,
+	.set_option = fail_set_option,
+	.read_blk64 = fail_read_blk64,
+	.write_blk64 = fail_write_blk64,
+	.discard = fail_discard,
+	.cache_readahead = fail_readahead,
+	.zeroout = fail_zeroout,
+};
+
+io_manager rr_fail_io_manager = &fail_manager;

@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: GPL-2.0
+/* The I/O stack's common parts (see layer.h). */
+#include "io/layer.h"
+#include "io/cache.h"
+#include "io/dev.h"
+#include "io/fail.h"
+
+#include <string.h>
+
+struct io_layer *io_layer_of(io_channel ch)
+{
+	if (!ch || ch->magic != EXT2_ET_MAGIC_IO_CHANNEL)
+		return NULL;
+	if (ch->manager == rr_cache_io_manager || ch->manager == rr_fail_io_manager ||
+	    ch->manager == rr_io_manager)
+		return ch->private_data;
+	return NULL;
+}
+
+io_channel io_bottom(io_channel ch)
+{
+	struct io_layer *l;
+
+	while ((l = io_layer_of(ch)) && l->lower)
+		ch = l->lower;
+	return ch;
+}
+
+int io_layers_data(io_channel ch, int write, uint64_t off, uint64_t len)
+{
+	struct io_layer *l;
+	int ret;
+
+	for (; (l = io_layer_of(ch)) && l->lower; ch = l->lower)
+		if (l->data && (ret = l->data(l, write, off, len)))
+			return ret;
+	return 0;
+}
+
+errcode_t io_stacked_new(io_manager m, io_channel lower, size_t size, io_channel *out)
+{
+	io_channel ch = NULL;
+	struct io_layer *l = NULL;
+	errcode_t err;
+
+	err = ext2fs_get_memzero(sizeof(*ch), &ch);
+	if (!err)
+		err = ext2fs_get_memzero(size, &l);
+	if (!err)
+		err = ext2fs_get_mem(strlen(lower->name) + 1, &ch->name);
+	if (err) {
+		ext2fs_free_mem(&l);
+		ext2fs_free_mem(&ch);
+		return err;
+	}
+	strcpy(ch->name, lower->name);
+	l->lower = lower;
+	ch->magic = EXT2_ET_MAGIC_IO_CHANNEL;
+	ch->manager = m;
+	ch->block_size = lower->block_size;
+	ch->refcount = 1;
+	ch->flags = lower->flags;
+	ch->private_data = l;
+	*out = ch;
+	return 0;
+}
+
+void io_stacked_free(io_channel ch)
+{
+	ext2fs_free_mem(&ch->private_data);
+	ext2fs_free_mem(&ch->name);
+	ext2fs_free_mem(&ch);
+}

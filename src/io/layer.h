@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The I/O stack: io_managers stacked as e2fsprogs stacks undo_io on
+ * unix_io.  libext2fs opens the top one; each opens the one below it:
+ *
+ *   libext2fs, the commit (superblock), the orphan file, the data path
+ *     rr_cache_io_manager  cache.c  metadata block cache (-o cache_mb=0: absent)
+ *     rr_fail_io_manager   fail.c   fault injection (RRFUSE_IO_FAIL unset: absent)
+ *     rr_io_manager        dev.c    the image file or block device
+ *
+ * This is the order, and the only place that states it: a layer that keeps
+ * metadata (the cache) sits above the faults, so a fault shows where the
+ * device would show it (at a miss, at write-back).  A journal's manager
+ * goes above the cache (its commit writes the cache's dirty blocks to the
+ * journal first), a write recorder just above the device.
+ *
+ * Every metadata byte crosses every layer through the channel.  File data
+ * does not cross libext2fs's channel (io_data_*, dev.h), but it is offered
+ * to every layer on its way down, top first: the cache drops its copies of
+ * the blocks data overwrites, fault injection fails the transfer, and the
+ * device moves the bytes.
+ */
+#ifndef RRFUSE_IO_LAYER_H
+#define RRFUSE_IO_LAYER_H
+
+#include <stdint.h>
+#include <ext2fs/ext2fs.h>
+
+/* The head of every stacked manager's private data. */
+struct io_layer {
+	io_channel lower;	/* the channel below; NULL at the device */
+	/*
+	 * File data is about to be read (write 0) or written (1) at bytes
+	 * [off, off+len) of the device: 0, or a negative errno that fails the
+	 * transfer.  NULL: the layer has nothing to do with file data.
+	 */
+	int (*data)(struct io_layer *l, int write, uint64_t off, uint64_t len);
+};
+
+/* ch's layer, or NULL when ch is no channel of this stack. */
+struct io_layer *io_layer_of(io_channel ch);
+/* The device's channel at the bottom of ch's stack. */
+io_channel io_bottom(io_channel ch);
+/* Offer a data transfer to every layer of ch's stack above the device, top first. */
+int io_layers_data(io_channel ch, int write, uint64_t off, uint64_t len);
+/*
+ * A stacked channel over lower, for manager m: its private data (size
+ * bytes, starting with struct io_layer) is zeroed, its lower set.  The
+ * caller fills the rest; io_stacked_free undoes it.
+ */
+errcode_t io_stacked_new(io_manager m, io_channel lower, size_t size, io_channel *out);
+void io_stacked_free(io_channel ch);
+
+#endif
