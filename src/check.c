@@ -2,10 +2,8 @@
 /*
  * What an image must pass before rrfuse mounts it, as the kernel checks it:
  * features rrfuse cannot handle (refused) or cannot write (read-only), the
- * geometry against the device, the group descriptors, and the bitmaps read
- * fast on huge images.
+ * geometry against the device and the group descriptors.
  */
-#include "io/cache.h"
 #include "rrfs.h"
 #include "io/dev.h"
 #include "log.h"
@@ -188,132 +186,6 @@ errcode_t rr_check_desc(ext2_filsys fs)
 	}
 out:
 	free(r);
-	return err;
-}
-
-/* The group's block (or inode) bitmap block rr_read_bitmaps reads, or 0 for none. */
-static blk64_t bitmap_to_read(ext2_filsys fs, dgrp_t g, int inode)
-{
-	blk64_t b = inode ? ext2fs_inode_bitmap_loc(fs, g) : ext2fs_block_bitmap_loc(fs, g);
-
-	if (b >= ext2fs_blocks_count(fs->super))
-		return 0;
-	if (ext2fs_has_group_desc_csum(fs) &&
-	    ext2fs_bg_flags_test(fs, g, inode ? EXT2_BG_INODE_UNINIT : EXT2_BG_BLOCK_UNINIT) &&
-	    ext2fs_group_desc_csum_verify(fs, g))
-		return 0;
-	return b;
-}
-
-/*
- * Ask the kernel for every bitmap block rr_read_bitmaps will read, before
- * it reads them one by one: with flex_bg a 16 TiB image has 8192 of them,
- * 2 GiB apart, and waiting for each in turn was most of its mount time on
- * a cold cache.  Only through our io manager (the unit tests use unix_io).
- */
-static void bitmaps_readahead(ext2_filsys fs)
-{
-	int inode;
-	dgrp_t g;
-
-	for (g = 0; g < fs->group_desc_count; g++)
-		for (inode = 0; inode < 2; inode++) {
-			blk64_t b = bitmap_to_read(fs, g, inode);
-
-			if (b)
-				io_channel_cache_readahead(fs->io, b, 1);
-		}
-}
-
-/*
- * ext2fs_read_bitmaps, without the work for groups that were never
- * initialised.  libext2fs's reader hands every group's bitmap to the
- * in-memory map, a zeroed buffer for BLOCK_UNINIT and INODE_UNINIT ones:
- * 131072 of them on a 16 TiB image, a second of mount time.  Here those
- * groups cost only what ext2fs_read_bitmaps adds for them afterwards (their
- * superblock, descriptors, bitmaps and inode table marked in use), and
- * nothing is read for them.  The maps come from fs->default_bitmap_type.
- */
-errcode_t rr_read_bitmaps(ext2_filsys fs)
-{
-	uint32_t bnbytes = EXT2_CLUSTERS_PER_GROUP(fs->super) / 8;
-	uint32_t inbytes = EXT2_INODES_PER_GROUP(fs->super) / 8;
-	int nocsum = !!(fs->flags & EXT2_FLAG_IGNORE_CSUM_ERRORS);
-	int flags = fs->flags;
-	char *buf = NULL;
-	errcode_t err;
-	dgrp_t g;
-
-	/*
-	 * Past the metadata cache: each bitmap block is read once, into
-	 * libext2fs's bitmaps (on 16 TiB, 64 MiB of them would fill the cache
-	 * at every mount and stay in memory).
-	 */
-	io_channel dev = io_cache_lower(fs->io);
-
-	if (fs->block_map || fs->inode_map)
-		return ext2fs_read_bitmaps(fs);
-	bitmaps_readahead(fs);
-	err = ext2fs_get_mem(fs->blocksize, &buf);
-	if (!err)
-		err = ext2fs_allocate_block_bitmap(fs, "block bitmap", &fs->block_map);
-	if (!err)
-		err = ext2fs_allocate_inode_bitmap(fs, "inode bitmap", &fs->inode_map);
-	for (g = 0; !err && g < fs->group_desc_count; g++) {
-		blk64_t b = bitmap_to_read(fs, g, 0);
-
-		if (b) {
-			err = io_channel_read_blk64(dev, b, 1, buf);
-			if (err)
-				err = EXT2_ET_BLOCK_BITMAP_READ;
-			else if (!nocsum && !ext2fs_block_bitmap_csum_verify(fs, g, buf, (int)bnbytes))
-				err = EXT2_ET_BLOCK_BITMAP_CSUM_INVALID;
-			else
-				err = ext2fs_set_block_bitmap_range2(fs->block_map,
-								     ext2fs_group_first_block2(fs, g),
-								     bnbytes * 8, buf);
-			if (err)
-				break;
-		}
-		b = bitmap_to_read(fs, g, 1);
-		if (b) {
-			err = io_channel_read_blk64(dev, b, 1, buf);
-			if (err)
-				err = EXT2_ET_INODE_BITMAP_READ;
-			else if (!nocsum && !ext2fs_inode_bitmap_csum_verify(fs, g, buf, (int)inbytes))
-				err = EXT2_ET_INODE_BITMAP_CSUM_INVALID;
-			else
-				err = ext2fs_set_inode_bitmap_range2(fs->inode_map,
-								     (uint64_t)g * EXT2_INODES_PER_GROUP(fs->super) + 1,
-								     inbytes * 8, buf);
-		}
-	}
-	/* As ext2fs_read_bitmaps: an uninitialised group's own metadata is in use. */
-	for (g = 0; !err && g < fs->group_desc_count; g++) {
-		blk64_t b;
-
-		if (!ext2fs_bg_flags_test(fs, g, EXT2_BG_BLOCK_UNINIT))
-			continue;
-		ext2fs_reserve_super_and_bgd(fs, g, fs->block_map);
-		if ((b = ext2fs_inode_table_loc(fs, g)))
-			ext2fs_mark_block_bitmap_range2(fs->block_map, b, fs->inode_blocks_per_group);
-		if ((b = ext2fs_block_bitmap_loc(fs, g)))
-			ext2fs_mark_block_bitmap2(fs->block_map, b);
-		if ((b = ext2fs_inode_bitmap_loc(fs, g)))
-			ext2fs_mark_block_bitmap2(fs->block_map, b);
-	}
-	ext2fs_free_mem(&buf);
-	if (err) {
-		if (fs->block_map)
-			ext2fs_free_block_bitmap(fs->block_map);
-		if (fs->inode_map)
-			ext2fs_free_inode_bitmap(fs->inode_map);
-		fs->block_map = NULL;
-		fs->inode_map = NULL;
-	}
-	/* Reading is not a change: nothing to write back. */
-	fs->flags = (fs->flags & ~(EXT2_FLAG_BB_DIRTY | EXT2_FLAG_IB_DIRTY)) |
-		    (flags & (EXT2_FLAG_BB_DIRTY | EXT2_FLAG_IB_DIRTY));
 	return err;
 }
 

@@ -41,6 +41,13 @@ int rr_fs_write_super(struct rr_fs *rfs)
 	return ret;
 }
 
+errcode_t rr_fs_flush(struct rr_fs *rfs, int flags)
+{
+	errcode_t err = rr_bitmaps_write(rfs->fs, &rfs->bitmaps);
+
+	return err ? err : ext2fs_flush2(rfs->fs, flags);
+}
+
 /* At each commit: the MMP block is still ours (libext2fs rewrites it at most once a minute). */
 static void mmp_check(struct rr_fs *rfs)
 {
@@ -72,7 +79,7 @@ int rr_fs_commit(struct rr_fs *rfs, int sync)
 	orphan_commit(rfs);
 	mmp_check(rfs);
 	if (fs->flags & (EXT2_FLAG_DIRTY | EXT2_FLAG_BB_DIRTY | EXT2_FLAG_IB_DIRTY) || rfs->dirty) {
-		err = ext2fs_flush2(fs, EXT2_FLAG_FLUSH_NO_SYNC);
+		err = rr_fs_flush(rfs, EXT2_FLAG_FLUSH_NO_SYNC);
 		if (!err)
 			rfs->dirty = 0;
 	}
@@ -139,7 +146,7 @@ int rr_fs_remount(struct rr_fs *rfs, int ro, char *err, size_t errlen)
 	fs->super->s_state = rfs->orig_state;
 	fs->super->s_wtime = (__u32)time(NULL);
 	ext2fs_mark_super_dirty(fs);
-	ret = rr_err(ext2fs_flush2(fs, EXT2_FLAG_FLUSH_NO_SYNC));
+	ret = rr_err(rr_fs_flush(rfs, EXT2_FLAG_FLUSH_NO_SYNC));
 	if (!ret)
 		rfs->mounted = 0;	/* clean: nothing more to write until rw */
 	rr_fs_unlock(rfs);

@@ -203,7 +203,7 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 		ext2fs_close_free(&fs);
 		return ret;
 	}
-	err = rr_read_bitmaps(fs);
+	err = rr_bitmaps_read(fs, &rfs->bitmaps);
 	if (err) {
 		snprintf(msg, msglen, "%s: cannot read bitmaps: %s", device, error_message(err));
 		ext2fs_close_free(&fs);
@@ -224,6 +224,7 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 	ret = io_set_direct(rfs->dev, rfs->opts.direct, msg, msglen);
 	if (ret) {
 		ext2fs_close_free(&fs);
+		rr_bitmaps_free(&rfs->bitmaps);
 		rfs->fs = NULL;
 		return ret;
 	}
@@ -261,6 +262,7 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 		if (rfs->alloc)
 			rr_alloc_detach(rfs->alloc);
 		ext2fs_close_free(&rfs->fs);
+		rr_bitmaps_free(&rfs->bitmaps);
 		return ret;
 	}
 	if (ro && !rfs->ro_cleanup)
@@ -367,7 +369,7 @@ int rr_fs_close(struct rr_fs *rfs)
 		rr_alloc_detach(rfs->alloc);
 	rfs->alloc = NULL;
 	if (rfs->mounted) {
-		err = ext2fs_flush2(rfs->fs, 0);
+		err = rr_fs_flush(rfs, 0);
 		if (err)
 			ret = rr_err(err);
 	}
@@ -376,6 +378,7 @@ int rr_fs_close(struct rr_fs *rfs)
 	err = ext2fs_close_free(&rfs->fs);
 	if (err && !ret)
 		ret = rr_err(err);
+	rr_bitmaps_free(&rfs->bitmaps);
 	orphan_destroy(rfs);
 	rr_error_detach();
 	return ret;

@@ -30,6 +30,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <ext2fs/ext2fs.h>
+#include "bitmaps.h"
 
 #include "rrfuse/alloc.h"
 #include "dbuf.h"
@@ -151,6 +152,7 @@ struct rr_fs {
 	/* Written under the fs lock: its own cache lines. */
 	pthread_mutex_t lock __attribute__((aligned(RR_CACHELINE)));
 	int dirty;		/* metadata changed since the last commit */
+	struct rr_bitmaps bitmaps;	/* what the image's bitmap blocks hold (bitmaps.c) */
 	uint64_t ns_version;	/* bumped by every directory change */
 
 	/* Inode table: written on every lookup/forget. */
@@ -197,10 +199,11 @@ int rr_fs_close(struct rr_fs *rfs);
 
 /* check.c */
 errcode_t rr_check_desc(ext2_filsys fs);
-errcode_t rr_read_bitmaps(ext2_filsys fs);
 
 /* commit.c */
 int rr_fs_write_super(struct rr_fs *rfs);
+/* libext2fs's flush (superblock, descriptors), the changed bitmaps first.  Fs lock held. */
+errcode_t rr_fs_flush(struct rr_fs *rfs, int flags);
 int rr_fs_commit(struct rr_fs *rfs, int sync);
 int rr_fs_remount(struct rr_fs *rfs, int ro, char *err, size_t errlen);
 void rr_fs_start_commit_thread(struct rr_fs *rfs);

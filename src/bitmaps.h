@@ -1,0 +1,21 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/* The bitmaps between the image and libext2fs's maps (bitmaps.c). */
+#ifndef RRFUSE_BITMAPS_H
+#define RRFUSE_BITMAPS_H
+
+#include <stdint.h>
+#include <ext2fs/ext2fs.h>
+
+/* What each group's bitmap blocks held when last read or written. */
+struct rr_bitmaps {
+	uint64_t *sum;		/* [2g]: block bitmap, [2g+1]: inode bitmap; 0 = not known */
+	dgrp_t ngroups;
+};
+
+/* At mount: libext2fs's maps from the image; bm (may be NULL) learns the sums. */
+errcode_t rr_bitmaps_read(ext2_filsys fs, struct rr_bitmaps *bm);
+/* At each commit, before ext2fs_flush: the bitmaps that changed (caller holds the fs lock). */
+errcode_t rr_bitmaps_write(ext2_filsys fs, struct rr_bitmaps *bm);
+void rr_bitmaps_free(struct rr_bitmaps *bm);
+
+#endif
