@@ -39,13 +39,17 @@
  * Invariants (checked with -o check, rr_alloc_verify; for groups changed
  * without the fs lock, at the sync that applies the change)
  *  - For a loaded group: buddy order 0 == on-disk bitmap | pending map |
- *    PA ranges | hints, and the higher orders, counters, free and fragment
+ *    frozen blocks | PA ranges | hints, and the higher orders, counters, free and fragment
  *    counts are what generating the buddy from that map gives.
  *  - A PA's free count == its blocks not handed out; every block handed out
  *    is on disk or pending.  A PA block is handed out only for its own
  *    logical block, and only while that logical block is a hole.
  *  - Any free of a block inside a live PA first discards that PA (minus the
  *    freed range), so a free can never return a block twice.
+ *  - A freed block stays used in the buddy (frozen) until the commit that
+ *    frees it on disk is on disk (rr_alloc_commit_end), when the daemon
+ *    commits (rr_alloc_set_commit): file data, written to the device at
+ *    once, never lands in a block the image still maps to a deleted file.
  *
  * Locking
  *  - The fs lock (the daemon's) covers libext2fs and everything that reads
@@ -257,6 +261,27 @@ static void map_set_range(uint8_t *map, uint32_t start, uint32_t len)
 		mb_bit_set(map, start + i);
 }
 
+/* Mark in map (group g's, 1 = used) the frozen and committing blocks of g.  fs lock held. */
+static void map_frozen(struct rr_alloc *a, uint32_t g, uint8_t *map)
+{
+	const struct mb_frozen *sets[2] = { &a->frozen, &a->committing };
+	uint64_t gfirst = group_first(a, g), gend = gfirst + group_nblocks(a, g);
+	size_t i;
+	int k;
+
+	for (k = 0; k < 2; k++)
+		for (i = 0; i < sets[k]->n; i++) {
+			uint64_t s = sets[k]->v[i].pblk, e = s + sets[k]->v[i].len;
+
+			if (s < gfirst)
+				s = gfirst;
+			if (e > gend)
+				e = gend;
+			if (s < e)
+				map_set_range(map, (uint32_t)(s - gfirst), (uint32_t)(e - s));
+		}
+}
+
 /* The group's bitmap from libext2fs (1 = used).  fs lock held. */
 static uint8_t *group_bitmap(struct rr_alloc *a, uint32_t g)
 {
@@ -296,6 +321,8 @@ static int group_load_locked(struct rr_alloc *a, uint32_t g)
 		free(b);
 		return map ? -ENOMEM : -EIO;
 	}
+	/* Free on disk, still waiting for their commit: used here. */
+	map_frozen(a, g, map);
 	mb_buddy_generate(b, map);
 	free(map);
 	if (MB_T(a, mb_stats)) {
@@ -387,6 +414,7 @@ static void group_verify(struct rr_alloc *a, uint32_t g)
 			mb_fail("a pending block is in the bitmap already", g);
 		mb_bit_set(map, i);
 	}
+	map_frozen(a, g, map);
 	/* A hint lies in one group. */
 	for (i = 0; i < a->nhints; i++)
 		if (a->hints[i].len && group_of(a, a->hints[i].pblk) == g)
@@ -419,7 +447,7 @@ static void group_verify(struct rr_alloc *a, uint32_t g)
 		for (pa = grp->pas; pa; pa = pa->gnext)
 			mb_log(LOG_CRIT, "mballoc: PA ino %u l %llu p %llu len %u free %u", pa->ino,
 				(unsigned long long)pa->lstart, (unsigned long long)pa->pstart, pa->len, pa->free);
-		mb_fail("buddy differs from bitmap + pending + preallocations", g);
+		mb_fail("buddy differs from bitmap + pending + frozen + preallocations", g);
 	}
 	if (grp->free != fresh.free || grp->fragments != fresh.fragments)
 		mb_fail("group summary differs from its buddy", g);
@@ -1580,6 +1608,43 @@ static uint64_t claim(struct rr_alloc *a, uint64_t len, int root, int all)
 	return got;
 }
 
+/*
+ * One block of the frozen sets for a request under the fs lock (see
+ * rr_alloc_blocks): out of the set, in use on disk (or a hint, for
+ * libext2fs to account), still used in the buddy.  0 or -ENOSPC.
+ */
+static int take_frozen(struct rr_alloc *a, const struct rr_alloc_req *req, struct rr_extent *out)
+{
+	struct mb_frozen *sets[2] = { &a->frozen, &a->committing };
+	int k;
+
+	for (k = 0; k < 2; k++) {
+		struct mb_frozen *f = sets[k];
+
+		while (f->n) {
+			struct rr_extent *e = &f->v[f->n - 1];
+			uint64_t blk = e->pblk + e->len - 1;
+
+			if (!--e->len)
+				f->n--;
+			atomic_fetch_sub(&f->blocks, 1);
+			/* Taken on disk since (a block freed twice on a corrupt image): not this one. */
+			if (ext2fs_test_block_bitmap2(a->fs->block_map, blk))
+				continue;
+			if (req->flags & RR_ALLOC_HINT_ONLY) {
+				if (hint_add(a, blk, 1))
+					return -ENOSPC;
+			} else {
+				disk_mark(a, blk, 1, +1);
+			}
+			out->pblk = blk;
+			out->len = 1;
+			return 0;
+		}
+	}
+	return -ENOSPC;
+}
+
 int rr_alloc_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, struct rr_extent *out)
 {
 	/* Metadata may use every free block; a reserved request's blocks were counted when promised. */
@@ -1607,6 +1672,23 @@ int rr_alloc_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, struct r
 	/* Free space may sit in preallocations: give them all back and try once more. */
 	if (ret == -ENOSPC && rr_alloc_discard_all(a))
 		ret = mb_new_blocks(a, req, (uint32_t)len, out);
+	/*
+	 * Or in blocks freed since the last commit.  File data without the fs
+	 * lock waits for a commit (as ext4_should_retry_alloc).  A request
+	 * under the fs lock cannot commit in the middle of its operation; if
+	 * its blocks reach the device only through the metadata cache, at the
+	 * commit that also frees them, a frozen block will do.
+	 */
+	if (ret == -ENOSPC && a->commit && rr_alloc_frozen(a)) {
+		tl_nolock = 0;
+		if (!nolock) {
+			if (!(req->flags & (RR_ALLOC_DATA | RR_ALLOC_IMMEDIATE)))
+				ret = take_frozen(a, req, out);
+		} else if (!a->commit(a->commit_arg)) {
+			tl_nolock = 1;
+			ret = mb_new_blocks(a, req, (uint32_t)len, out);
+		}
+	}
 	tl_nolock = 0;
 	if (nolock)
 		atomic_fetch_sub(&a->claimed, len - (ret ? 0 : out->len));
@@ -1621,23 +1703,60 @@ int rr_alloc_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, struct r
 
 /* ---- freeing: one place for the buddy, whoever changed the bitmap ---- */
 
+/* Add [blk, blk+len) to a frozen set, joining the last extent when it follows it.  fs lock held. */
+static void frozen_add(struct mb_frozen *f, uint64_t blk, uint64_t len)
+{
+	struct rr_extent *last = f->n ? &f->v[f->n - 1] : NULL;
+
+	if (!len)
+		return;
+	atomic_fetch_add(&f->blocks, len);
+	if (last && last->pblk + last->len == blk && last->len + len <= UINT32_MAX) {
+		last->len += (uint32_t)len;
+		return;
+	}
+	if (f->n == f->cap) {
+		size_t cap = f->cap ? f->cap * 2 : 64;
+		struct rr_extent *v = realloc(f->v, cap * sizeof(*v));
+
+		if (!v) {
+			/* No memory to wait with: the blocks are free at once, as before the rule. */
+			atomic_fetch_sub(&f->blocks, len);
+			mb_log(LOG_WARNING, "mballoc: out of memory: %llu freed blocks reusable before their commit",
+			       (unsigned long long)len);
+			return;
+		}
+		f->v = v;
+		f->cap = cap;
+	}
+	f->v[f->n++] = (struct rr_extent){ .pblk = blk, .len = (uint32_t)len };
+}
+
 /*
- * Free in the buddy what the bitmap shows freed in [blk, blk+n) (one
- * group, no PA overlapping it any more).  Blocks the buddy has free
- * already are left alone: a corrupt image can make libext2fs free a block
- * twice (two files claiming it), which must not bring the daemon down.
- * fs lock held.
+ * What the bitmap shows freed in [blk, blk+n) (one group, no PA
+ * overlapping it any more): kept used in the buddy, frozen until its
+ * commit is on disk (when the daemon commits: rr_alloc_set_commit), or
+ * freed in the buddy now (thaw: the commit is on disk, or there are no
+ * commits).  Blocks the buddy has free already are left alone: a corrupt
+ * image can make libext2fs free a block twice (two files claiming it),
+ * which must not bring the daemon down.  fs lock held.
  */
-static void free_freed(struct rr_alloc *a, uint32_t g, uint64_t blk, uint32_t n)
+static void free_freed(struct rr_alloc *a, uint32_t g, uint64_t blk, uint32_t n, int thaw)
 {
 	struct mb_group *grp = &a->groups[g];
 	uint32_t off = (uint32_t)(blk - group_first(a, g)), i, run = 0, twice = 0;
+	int freeze = !thaw && a->commit;
 
 	pthread_mutex_lock(&grp->lock);
 	if (!grp->buddy) {
-		atomic_store(&grp->free, ext2fs_bg_free_blocks_count(a->fs, g));
-		if (MB_T(a, discard))
-			io_channel_discard(a->fs->io, blk, n);
+		/* Built from the bitmap when loaded, with what is still frozen marked used. */
+		if (freeze) {
+			frozen_add(&a->frozen, blk, n);
+		} else {
+			atomic_store(&grp->free, ext2fs_bg_free_blocks_count(a->fs, g));
+			if (MB_T(a, discard))
+				io_channel_discard(a->fs->io, blk, n);
+		}
 		pthread_mutex_unlock(&grp->lock);
 		return;
 	}
@@ -1649,13 +1768,13 @@ static void free_freed(struct rr_alloc *a, uint32_t g, uint64_t blk, uint32_t n)
 			run++;
 			continue;
 		}
-		twice += i < n;
-		/*
-		 * -o discard: before the buddy lets anyone have the run again.
-		 * There is no journal to wait for, so unlike the kernel this does
-		 * not wait for a commit: a crash may bring back a deleted file
-		 * with its contents discarded.
-		 */
+		twice += i < n && !thaw;
+		if (run && freeze) {
+			frozen_add(&a->frozen, blk + i - run, run);
+			run = 0;
+			continue;
+		}
+		/* -o discard: after the commit, before the buddy lets anyone have the run again. */
 		if (run && MB_T(a, discard))
 			io_channel_discard(a->fs->io, blk + i - run, run);
 		if (run && mb_buddy_free(grp->buddy, off + i - run, run))
@@ -1669,22 +1788,66 @@ static void free_freed(struct rr_alloc *a, uint32_t g, uint64_t blk, uint32_t n)
 			g, twice);
 }
 
-/* [blk, blk+len) was just freed (clear in the bitmap already).  fs lock held. */
-static void release_range(struct rr_alloc *a, uint64_t blk, uint64_t len)
+/* Split [blk, blk+len) at group ends for free_freed.  fs lock held. */
+static void free_range(struct rr_alloc *a, uint64_t blk, uint64_t len, int thaw)
 {
-	hints_forget(a, blk, len);
 	while (len) {
 		uint32_t g = group_of(a, blk);
 		uint64_t n = group_first(a, g) + group_nblocks(a, g) - blk;
 
 		if (n > len)
 			n = len;
-		pa_discard_overlap(a, blk, (uint32_t)n, 1);
-		free_freed(a, g, blk, (uint32_t)n);
+		if (!thaw)
+			pa_discard_overlap(a, blk, (uint32_t)n, 1);
+		free_freed(a, g, blk, (uint32_t)n, thaw);
 		verify_range(a, blk, n);
 		blk += n;
 		len -= n;
 	}
+}
+
+void rr_alloc_set_commit(struct rr_alloc *a, int (*commit)(void *arg), void *arg)
+{
+	a->commit = commit;
+	a->commit_arg = arg;
+}
+
+void rr_alloc_commit_begin(struct rr_alloc *a)
+{
+	size_t i;
+
+	if (!a->frozen.n)
+		return;
+	/* A failed commit's blocks are still waiting: they go with this one. */
+	for (i = 0; i < a->frozen.n; i++)
+		frozen_add(&a->committing, a->frozen.v[i].pblk, a->frozen.v[i].len);
+	a->frozen.n = 0;
+	atomic_store(&a->frozen.blocks, 0);
+}
+
+void rr_alloc_commit_end(struct rr_alloc *a)
+{
+	struct mb_frozen *f = &a->committing;
+
+	/* One extent at a time out of the set, so that -o check sees the rest still frozen. */
+	while (f->n) {
+		struct rr_extent e = f->v[--f->n];
+
+		atomic_fetch_sub(&f->blocks, e.len);
+		free_range(a, e.pblk, e.len, 1);
+	}
+}
+
+uint64_t rr_alloc_frozen(struct rr_alloc *a)
+{
+	return atomic_load(&a->frozen.blocks) + atomic_load(&a->committing.blocks);
+}
+
+/* [blk, blk+len) was just freed (clear in the bitmap already).  fs lock held. */
+static void release_range(struct rr_alloc *a, uint64_t blk, uint64_t len)
+{
+	hints_forget(a, blk, len);
+	free_range(a, blk, len, 0);
 }
 
 /* libext2fs marked [blk, blk+len) used: mark what the buddy still shows free.  fs lock held. */
@@ -2057,6 +2220,8 @@ void rr_alloc_detach(struct rr_alloc *a)
 	for (i = 0; i < a->nlg; i++)
 		pthread_mutex_destroy(&a->lg_locks[i]);
 	free(a->groups);
+	free(a->frozen.v);
+	free(a->committing.v);
 	free(a->pa_hash);
 	free(a->last_groups);
 	free(a->lg);

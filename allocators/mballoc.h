@@ -272,6 +272,21 @@ struct rr_alloc {
 	atomic_uint *last_groups;
 	uint32_t nr_last_groups;
 
+	/*
+	 * Blocks freed since the last commit began (frozen) and those freed
+	 * before it, whose commit is being written (committing): used in the
+	 * buddy, free in the bitmap, until that commit is on disk
+	 * (rr_alloc_commit_begin/end).  Under the fs lock; the counts atomic.
+	 * commit NULL: frees reach the buddy at once (no commits: unit tests).
+	 */
+	struct mb_frozen {
+		struct rr_extent *v;
+		size_t n, cap;
+		_Atomic uint64_t blocks;
+	} frozen, committing;
+	int (*commit)(void *arg);
+	void *commit_arg;
+
 	/* Set while the engine itself calls libext2fs's stats functions (fs lock held). */
 	int in_engine;
 	struct mb_stats stats;

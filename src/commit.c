@@ -78,6 +78,9 @@ int rr_fs_commit(struct rr_fs *rfs, int sync)
 	rr_error_commit(rfs);
 	orphan_commit(rfs);
 	mmp_check(rfs);
+	/* Blocks freed until now are free again once this commit is on disk. */
+	if (rfs->alloc)
+		rr_alloc_commit_begin(rfs->alloc);
 	if (fs->flags & (EXT2_FLAG_DIRTY | EXT2_FLAG_BB_DIRTY | EXT2_FLAG_IB_DIRTY) || rfs->dirty) {
 		err = rr_fs_flush(rfs, EXT2_FLAG_FLUSH_NO_SYNC);
 		if (!err)
@@ -90,8 +93,19 @@ int rr_fs_commit(struct rr_fs *rfs, int sync)
 		ret = rr_err(io_channel_flush(rfs->fs->io));
 		if (ret)
 			return ret;
+		if (rfs->alloc) {
+			rr_fs_lock(rfs);
+			rr_alloc_commit_end(rfs->alloc);
+			rr_fs_unlock(rfs);
+		}
 	}
 	return 0;
+}
+
+/* The allocator's way to a commit, when file data finds free space only in blocks freed since the last. */
+int rr_fs_commit_for_alloc(void *rfs)
+{
+	return rr_fs_commit(rfs, 1);
 }
 
 /*

@@ -232,7 +232,7 @@ static int zero_old_tail(struct rr_fs *rfs, struct rr_inode *ri, uint64_t upto)
  * exclusively, not the fs lock.
  */
 static int map_run(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk, const struct rr_extent *ex,
-		   int uninit, unsigned int flags, int ret)
+		   int uninit, unsigned int flags, int ret, uint64_t size_to)
 {
 	struct ext2_inode_large in;
 
@@ -241,6 +241,22 @@ static int map_run(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk, const 
 		ret = inode_load(rfs, ri->ino, &in);
 	if (!ret)
 		ret = emap_map(rfs, ri, &in, lblk, ex->pblk, ex->len, uninit);
+	/*
+	 * Written data past i_size: the size follows in the same step, as the
+	 * kernel's i_disksize follows each mapped extent, so no commit (the
+	 * interval's, or one the allocator asks for) writes an inode whose
+	 * initialised blocks pass its size.
+	 */
+	if (!ret && size_to > ri->size) {
+		ret = inode_load(rfs, ri->ino, &in);
+		if (!ret)
+			ret = rr_err_ino(ext2fs_inode_size_set(rfs->fs, (struct ext2_inode *)&in, size_to),
+					 ri->ino);
+		if (!ret)
+			ret = inode_write(rfs, ri->ino, &in);
+		if (!ret)
+			ri->size = size_to;
+	}
 	if (ret) {
 		rr_free_blocks(rfs->alloc, ex->pblk, ex->len);
 		/* The data stays buffered: promise its blocks again (they were just freed). */
@@ -251,9 +267,13 @@ static int map_run(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk, const 
 	return ret;
 }
 
-/* Allocate and write a hole's blocks; returns the end of what was written, or -errno. */
+/*
+ * Allocate and write a hole's blocks; returns the end of what was written,
+ * or -errno.  grow: a write() (not buffered data, whose size is set): the
+ * size follows the data written (map_run).
+ */
 static int64_t fill_hole(struct rr_fs *rfs, struct rr_inode *ri, const char *src, uint64_t pos,
-			 uint64_t end, uint32_t nblk, unsigned int flags)
+			 uint64_t end, uint32_t nblk, unsigned int flags, int grow)
 {
 	uint64_t lblk = pos >> rfs->bbits, seg_end;
 	struct rr_alloc_req req = { .ino = ri->ino, .lblk = lblk,
@@ -271,7 +291,7 @@ static int64_t fill_hole(struct rr_fs *rfs, struct rr_inode *ri, const char *src
 	if (seg_end > end)
 		seg_end = end;
 	ret = write_whole_blocks(rfs, ex.pblk, lblk, ex.len, src, pos, seg_end);
-	ret = map_run(rfs, ri, lblk, &ex, 0, flags, ret);
+	ret = map_run(rfs, ri, lblk, &ex, 0, flags, ret, grow ? seg_end : 0);
 	return ret ? ret : (int64_t)seg_end;
 }
 
@@ -386,7 +406,7 @@ static int flush_locked(struct rr_fs *rfs, struct rr_inode *ri, int closed)
 		ret = emap_ensure(rfs, ri);
 		if (ret)
 			break;
-		done = fill_hole(rfs, ri, r->buf, pos, blk_start(rfs, r->lblk + r->n), r->n, flags);
+		done = fill_hole(rfs, ri, r->buf, pos, blk_start(rfs, r->lblk + r->n), r->n, flags, 0);
 		if (done < 0) {
 			ret = (int)done;
 			break;
@@ -543,7 +563,7 @@ ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size
 		} else {
 			int64_t r = delay ? delay_write(rfs, ri, buf + (pos - off), pos, end, n, root) :
 				    fill_hole(rfs, ri, buf + (pos - off), pos, end, n,
-					      root ? RR_ALLOC_USE_ROOT_RESV : 0);
+					      root ? RR_ALLOC_USE_ROOT_RESV : 0, 1);
 
 			/*
 			 * No memory for the buffer (or too many runs for one
@@ -743,7 +763,7 @@ static int alloc_unwritten(struct rr_fs *rfs, struct rr_inode *ri, uint64_t firs
 		emap_alloc_hint(rfs, ri, lblk, &req);
 		ret = rr_alloc_blocks(rfs->alloc, &req, &ex);
 		if (!ret)
-			ret = map_run(rfs, ri, lblk, &ex, 1, 0, 0);
+			ret = map_run(rfs, ri, lblk, &ex, 1, 0, 0, 0);
 		if (!ret)
 			lblk += ex.len;
 	}
@@ -871,7 +891,7 @@ int data_write_new_file(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_lar
 			const char *buf, size_t len)
 {
 	uint32_t nblk = (uint32_t)((len + rfs->bsize - 1) >> rfs->bbits);
-	struct rr_alloc_req req = { .ino = ino, .len = nblk, .flags = RR_ALLOC_METADATA };
+	struct rr_alloc_req req = { .ino = ino, .len = nblk, .flags = RR_ALLOC_METADATA | RR_ALLOC_IMMEDIATE };
 	struct rr_extent ex;
 	int ret;
 

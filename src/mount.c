@@ -241,8 +241,10 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 	rfs->opts.alloc.check |= (unsigned int)rfs->opts.check;
 	if (!ret && (!ro || rfs->ro_cleanup))
 		ret = rr_alloc_attach(fs, &rfs->opts.alloc, &rfs->alloc);
-	if (rfs->alloc)
+	if (rfs->alloc) {
 		rr_alloc_set_lock(rfs->alloc, host_lock, host_unlock, rfs);
+		rr_alloc_set_commit(rfs->alloc, rr_fs_commit_for_alloc, rfs);
+	}
 	if (!ret && (!ro || rfs->ro_cleanup)) {
 		ret = orphan_init(rfs, msg, msglen);
 		if (ret && ret != -ENOMEM) {

@@ -202,6 +202,7 @@ errcode_t rr_check_desc(ext2_filsys fs);
 
 /* commit.c */
 int rr_fs_write_super(struct rr_fs *rfs);
+int rr_fs_commit_for_alloc(void *rfs);
 /* libext2fs's flush (superblock, descriptors), the changed bitmaps first.  Fs lock held. */
 errcode_t rr_fs_flush(struct rr_fs *rfs, int flags);
 int rr_fs_commit(struct rr_fs *rfs, int sync);

@@ -47,6 +47,11 @@
  * group it has not used before.
  */
 #define RR_ALLOC_NOLOCK		0x0040
+/*
+ * METADATA written to the device at once, not through the metadata cache
+ * (a symlink's target): never a block freed since the last commit.
+ */
+#define RR_ALLOC_IMMEDIATE	0x0080
 
 /* The file's allocated blocks around a hole, for normalisation (kernel: lleft/pleft, lright/pright). */
 struct rr_alloc_nbr {
@@ -173,6 +178,26 @@ uint64_t rr_alloc_reserved(struct rr_alloc *a);
 
 /* Return an extent that rr_alloc_blocks handed out and that no file references. */
 void rr_free_blocks(struct rr_alloc *a, uint64_t pblk, uint32_t len);
+
+/*
+ * Blocks freed are not handed out again before the commit that frees them
+ * on disk is on disk (the kernel's rule, ext4_mb_free_metadata): file data
+ * written into a block that the image still maps to a deleted file would
+ * show through that file after a crash.  commit(arg) runs a commit and
+ * returns 0 once it is on disk; the allocator calls it, without the fs
+ * lock, when file data finds no other free space (ENOSPC otherwise).
+ * Until set, frees reach the free space at once.  The daemon brackets each
+ * commit: begin under the fs lock as the commit writes the metadata (what
+ * was freed until then waits for this commit), end under the fs lock after
+ * the flush (those blocks are free from now on; -o discard discards them
+ * then).  A failed commit calls neither end nor anything: its blocks wait
+ * for the next.
+ */
+void rr_alloc_set_commit(struct rr_alloc *a, int (*commit)(void *arg), void *arg);
+void rr_alloc_commit_begin(struct rr_alloc *a);
+void rr_alloc_commit_end(struct rr_alloc *a);
+/* Blocks freed and waiting for their commit. */
+uint64_t rr_alloc_frozen(struct rr_alloc *a);
 
 /*
  * Blocks that ordinary (non-root) writers may still allocate, and the

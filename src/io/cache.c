@@ -16,8 +16,11 @@
  *  - Writes addressed in bytes (the superblock, rr_fs_write_super) go to the
  *    device after every dirty block: the superblock never names what is
  *    not on the device yet (the orphan list's head, in a commit).
- *  - Blocks freed in a commit are not reused before it is on disk: not kept
- *    yet; the journal needs it (the allocator's side, not this file's).
+ *  - Blocks freed are not reused for file data before the commit that
+ *    frees them is on disk: the allocator keeps them (allocators/mballoc.c,
+ *    free_freed and rr_alloc_blocks; the commit brackets it, src/commit.c).
+ *    Metadata may take them sooner, since it reaches the device only
+ *    through this cache, at that same commit.
  * Every entry point takes cache.lock, taken after the fs lock (callers hold
  * it for metadata) and before nothing.  The channel's error handlers (which
  * record the error, and may write the superblock through this cache) run

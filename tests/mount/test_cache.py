@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from conftest import RRCTL, RRFUSE, device_io, pattern
+from conftest import RRCTL, RRFUSE, device_io, kill_daemon, pattern, wait_for
 
 pytestmark = pytest.mark.rrfuse_only
 
@@ -39,14 +39,22 @@ def xattr_blocks(root, n):
 
 
 def test_freed_metadata_reused_for_data_is_never_overwritten(mount_factory):
-    """Metadata blocks freed while dirty in the cache, then nearly all free
-    space filled with file data, beside a thread that keeps making metadata,
-    then fsync (a commit writes the cache back).  A stale copy written back
-    would replace file data on the device: the fixture's kernel read-back
-    compares every byte (without the data-write hook this fails there)."""
+    """Metadata blocks freed while dirty in the cache, their commit (file
+    data takes freed blocks only after it: test_freed_blocks_wait_for_their_
+    commit), then nearly all free space filled with file data, beside a
+    thread that keeps making metadata, then fsync (a commit writes the cache
+    back).  The data lands on blocks the cache still holds copies of, which
+    the data write drops: a copy written back later would replace file data
+    on the device, which the fixture's kernel read-back compares byte for
+    byte."""
     m = mount_factory(size="64M", opts="commit=0")
     xattr_blocks(m.path(""), 400)
     assert cache_line(m)["dirty"] >= 400
+    fd = os.open(m.mnt, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     stop = threading.Event()
 
     def churn():
@@ -145,3 +153,41 @@ def test_bad_cache_mb_is_refused(tmp_path, bad):
     r = subprocess.run([RRFUSE, image, str(mnt), "-f", "-o", bad], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode != 0 and "bad value for cache_mb=" in r.stderr, r.stderr
+
+
+def test_freed_blocks_wait_for_their_commit(mount_factory):
+    """Blocks of a deleted file go to new file data only after the commit
+    that deletes the file on disk: file data goes straight to the device,
+    the deletion at the commit, so a daemon killed in between would leave
+    the old file mapping the new data.  Here the deleted file's blocks are
+    the only free space: the new file's allocation has the deletion
+    committed first, then takes them; a kill after the new data was
+    written leaves an image without the old file, never one whose old file
+    holds the new bytes."""
+    MiB = 1 << 20
+    m = mount_factory(size="128M", opts="commit=0,nodelalloc", mkfs_args=("-b", "4096"))
+    st = os.statvfs(m.mnt)
+    chunk = b"\0" * MiB
+    with open(m.path("filler"), "wb") as f:
+        for _ in range(st.f_bfree * st.f_frsize // MiB - 10):
+            f.write(chunk)
+        os.fsync(f.fileno())
+    with open(m.path("a"), "wb") as f:
+        f.write(pattern("a", 8 * MiB))
+        os.fsync(f.fileno())                # a commit: "a" is on the image
+    free = os.statvfs(m.mnt).f_bfree
+    assert free * st.f_frsize < 8 * MiB, "b would fit beside a's blocks: the test tests nothing"
+    os.unlink(m.path("a"))                  # in memory only: commit=0, no fsync
+    # Freed at the kernel's FORGET, which follows the unlink on its own time.
+    assert wait_for(lambda: os.statvfs(m.mnt).f_bfree >= free + 2048, timeout=10)
+    with open(m.path("b"), "wb") as f:      # nodelalloc: on the device when close returns
+        f.write(pattern("b", 8 * MiB))
+    flushes = device_io(m)["flushes"]
+    kill_daemon(m)
+    m.mount()
+    if os.path.exists(m.path("a")):
+        with open(m.path("a"), "rb") as f:
+            same = f.read() == pattern("a", 8 * MiB)
+        raise AssertionError("a's deletion was not committed before b took its blocks: a is back "
+                             "with %s (%d flushes)" % ("its contents" if same else "b's bytes", flushes))
+    assert os.path.exists(m.path("filler"))

@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from conftest import RRCTL, RRFUSE, leaf_extents, make_image, run_mounted
+from conftest import RRCTL, RRFUSE, leaf_extents, make_image, run_mounted, wait_for
 
 pytestmark = pytest.mark.rrfuse_only
 
@@ -86,13 +86,22 @@ def write_file(path, block, mib):
 
 
 def rewrite_starts(m, mib, cycles=3):
-    """Write /f (mib MiB), note its first block, delete it; cycles times."""
+    """Write /f (mib MiB), note its first block, delete it and commit (freed
+    blocks are free for file data once their commit is on disk); cycles times."""
     block = os.urandom(MIB)
     starts = []
     for _ in range(cycles):
         write_file(m.path("f"), block, mib)
         starts.append(min(p for p, _ in extents(m.image, "f")))
+        free = os.statvfs(m.mnt).f_bfree
         os.unlink(m.path("f"))
+        # Freed at the kernel's FORGET, which follows the unlink on its own time.
+        assert wait_for(lambda: os.statvfs(m.mnt).f_bfree >= free + mib * MIB // 4096, timeout=10)
+        fd = os.open(m.mnt, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     return starts
 
 
