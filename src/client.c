@@ -5,7 +5,7 @@
  * Unmount.  Once the kernel has dropped a plain FUSE mount, umount(2)
  * returns, while the daemon is still writing delayed data and metadata
  * out; only a fuseblk mount's umount waits for the daemon (its DESTROY).
- * The daemon holds a lock on the image (src/io.c) from open to close, so
+ * The daemon holds a lock on the image (src/io/dev.c) from open to close, so
  * "unmount, then wait for that lock" returns only when the image is
  * complete: this is rrfuse -u, and umount(8) runs it as the helper
  * umount.fuse.rrfuse when that is installed.

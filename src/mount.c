@@ -151,7 +151,7 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 	pthread_cond_init(&rfs->commit_cond, NULL);
 	pthread_mutex_init(&rfs->delayed.lock, NULL);
 
-	/* Mounted already: say where, at once (a lock held by no mount is waited for: src/io.c). */
+	/* Mounted already: say where, at once (a lock held by no mount is waited for: src/io/dev.c). */
 	if (!rr_mnt_of(device, &mnt)) {
 		snprintf(msg, msglen, "%s is in use: mounted on %s (%s), and an image is mounted once at a time",
 			 device, mnt.target, mnt.fstype);
