@@ -39,8 +39,9 @@
  * Invariants (checked with -o check, rr_alloc_verify; for groups changed
  * without the fs lock, at the sync that applies the change)
  *  - For a loaded group: buddy order 0 == on-disk bitmap | pending map |
- *    frozen blocks | PA ranges | hints, and the higher orders, counters, free and fragment
- *    counts are what generating the buddy from that map gives.
+ *    frozen blocks | PA ranges | hints, and the higher orders, counters,
+ *    free and fragment counts are what generating the buddy from that map
+ *    gives.
  *  - A PA's free count == its blocks not handed out; every block handed out
  *    is on disk or pending.  A PA block is handed out only for its own
  *    logical block, and only while that logical block is a hole.
