@@ -9,13 +9,12 @@
  * commit on a 16 TiB image, too many for the metadata cache to hold and
  * compare.  Which groups changed is not tracked anywhere (libext2fs, the
  * allocator and the orphan code all mark bits), so each group keeps a
- * 64-bit sum of the block last read or written, and a commit writes a
- * bitmap whose sum differs.  The sum is a crc32c (any change within 32
- * bits of the block is always seen) beside a multiplicative hash of the
- * 64-bit words: a changed bitmap that kept both has odds of 2^-64.
+ * 64-bit sum of the block last read or written (io/sum.h), and a commit
+ * writes a bitmap whose sum differs.
  */
 #include "bitmaps.h"
 #include "io/cache.h"
+#include "io/sum.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -38,25 +37,10 @@ void rr_bitmaps_free(struct rr_bitmaps *bm)
 	bm->ngroups = 0;
 }
 
-/* What a block holds, in 64 bits; never 0 (0: not known). */
-static uint64_t sum_of(const unsigned char *buf, unsigned int len)
-{
-	uint64_t h = 0x9E3779B97F4A7C15ULL, w;
-	unsigned int i;
-
-	for (i = 0; i + 8 <= len; i += 8) {
-		memcpy(&w, buf + i, 8);
-		h = (h ^ w) * 0xBF58476D1CE4E5B9ULL;
-		h ^= h >> 29;
-	}
-	h = ((uint64_t)ext2fs_crc32c_le(~0U, buf, len) << 32) ^ (h & 0xffffffffULL) ^ (h >> 32);
-	return h ? h : 1;
-}
-
 static void sum_set(struct rr_bitmaps *bm, dgrp_t g, int inode, const void *buf, unsigned int len)
 {
 	if (bm && bm->sum && g < bm->ngroups)
-		bm->sum[2 * (size_t)g + (unsigned int)inode] = sum_of(buf, len);
+		bm->sum[2 * (size_t)g + (unsigned int)inode] = io_block_sum(buf, len);
 }
 
 /* The group's block (or inode) bitmap block rr_bitmaps_read reads, or 0 for none. */
@@ -260,7 +244,7 @@ errcode_t rr_bitmaps_write(ext2_filsys fs, struct rr_bitmaps *bm)
 			/* As libext2fs's writer: the descriptor's own checksum, changed bitmap or not. */
 			ext2fs_group_desc_csum_set(fs, g);
 			fs->flags |= EXT2_FLAG_DIRTY;
-			now = sum_of(buf, fs->blocksize);
+			now = io_block_sum(buf, fs->blocksize);
 			if (now == *sum)
 				continue;
 			err = inode ? ext2fs_inode_bitmap_csum_set(fs, g, (char *)buf, nbytes)

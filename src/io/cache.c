@@ -8,7 +8,8 @@
  *  - A block freed as metadata and reused for file data is never
  *    overwritten later by a stale cached copy: every data write is offered
  *    to this layer before the device writes it (cache_data, layer.h), and
- *    the copy is dropped, dirty or not.  Write-back holds the cache lock
+ *    the copy is dropped, dirty or not (and a block known by its sum
+ *    forgets it: the device no longer holds those bytes).  Write-back holds the cache lock
  *    while it writes, so a data write either waits for it or has dropped
  *    the block before write-back looks.
  *  - A block the device manager zeroes or discards is dropped first
@@ -29,6 +30,7 @@
 #include "io/cache.h"
 #include "io/fail.h"
 #include "io/layer.h"
+#include "io/sum.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -41,6 +43,15 @@
 #define CACHE_DIRTY_EIGHTHS 6
 /* At least this many blocks, whatever cache_mb says (0 turns the cache off instead). */
 #define CACHE_MIN_BLOCKS 64
+/*
+ * Blocks of one read at least this long are kept by their sum only: a
+ * write of the same bytes is skipped, without a copy held.  The group
+ * descriptors read at open are such a read (2048 blocks on 16 TiB, which
+ * libext2fs keeps in memory itself and writes whole at every commit).
+ */
+#define CACHE_SUM_RUN 64
+/* Hash chains of the blocks kept by their sum. */
+#define CACHE_SUM_BUCKETS 1024
 
 static unsigned int cache_mb = IO_CACHE_MB_DEFAULT;
 
@@ -52,10 +63,19 @@ struct cache_ent {
 	unsigned char data[];
 };
 
+/* A block the device holds, known by its sum (io/sum.h) only. */
+struct sum_ent {
+	blk64_t blk;
+	uint64_t sum;
+	struct sum_ent *next;
+};
+
 struct cache {
 	struct io_layer layer;	/* first: the stack's view */
 	pthread_mutex_t lock;
 	/* protected by lock: */
+	struct sum_ent *sums[CACHE_SUM_BUCKETS];
+	size_t nsums;
 	struct cache_ent **hash;
 	size_t nbuckets;
 	struct cache_ent lru;		/* sentinel of the recency list */
@@ -103,6 +123,77 @@ static struct cache_ent *lookup(struct cache *c, blk64_t blk)
 	return NULL;
 }
 
+static struct sum_ent **sum_slot(struct cache *c, blk64_t blk)
+{
+	struct sum_ent **p = &c->sums[(blk * 0x9E3779B97F4A7C15ULL) >> 54];
+
+	while (*p && (*p)->blk != blk)
+		p = &(*p)->next;
+	return p;
+}
+
+static void sum_drop(struct cache *c, blk64_t blk)
+{
+	struct sum_ent **p, *e;
+
+	if (!c->nsums)
+		return;
+	p = sum_slot(c, blk);
+	if (!(e = *p))
+		return;
+	*p = e->next;
+	free(e);
+	c->nsums--;
+}
+
+/* Keep blk by its sum (no memory: not kept, and its next write goes out). */
+static void sum_keep(struct cache *c, blk64_t blk, const void *data)
+{
+	struct sum_ent **p = sum_slot(c, blk);
+
+	if (!*p) {
+		if (!(*p = calloc(1, sizeof(**p))))
+			return;
+		(*p)->blk = blk;
+		c->nsums++;
+	}
+	(*p)->sum = io_block_sum(data, c->bsize);
+}
+
+/* Does the device hold data at blk, by the sum kept? */
+static int sum_same(struct cache *c, blk64_t blk, const void *data)
+{
+	struct sum_ent *e = c->nsums ? *sum_slot(c, blk) : NULL;
+
+	return e && e->sum == io_block_sum(data, c->bsize);
+}
+
+static void sums_drop_range(struct cache *c, blk64_t blk, uint64_t count)
+{
+	size_t i;
+
+	if (!c->nsums)
+		return;
+	if (count <= c->nsums) {
+		for (; count; count--, blk++)
+			sum_drop(c, blk);
+		return;
+	}
+	for (i = 0; i < CACHE_SUM_BUCKETS; i++) {
+		struct sum_ent **p = &c->sums[i], *e;
+
+		while ((e = *p)) {
+			if (e->blk >= blk && e->blk - blk < count) {
+				*p = e->next;
+				free(e);
+				c->nsums--;
+			} else {
+				p = &e->next;
+			}
+		}
+	}
+}
+
 static void lru_unlink(struct cache_ent *e)
 {
 	e->prev->next = e->next;
@@ -131,10 +222,12 @@ static void drop(struct cache *c, struct cache_ent *e)
 	free(e);
 }
 
+/* The device's content of [blk, blk+count) changes underneath: copies and sums go. */
 static void drop_range(struct cache *c, blk64_t blk, uint64_t count)
 {
 	struct cache_ent *e, *next;
 
+	sums_drop_range(c, blk, count);
 	if (!c->n)
 		return;
 	if (count > c->n) {
@@ -280,6 +373,7 @@ static void clear(struct cache *c)
 {
 	while (c->lru.next != &c->lru)
 		drop(c, c->lru.next);
+	sums_drop_range(c, 0, ~0ULL);
 }
 
 /* Empty, for blocks of bsize bytes: the bound in blocks, a hash table to match. */
@@ -314,7 +408,7 @@ static int cache_data(struct io_layer *l, int write, uint64_t off, uint64_t len)
 	if (!write || !len)
 		return 0;
 	pthread_mutex_lock(&c->lock);
-	if (c->n) {
+	if (c->n || c->nsums) {
 		first = off / c->bsize;
 		last = (off + len - 1) / c->bsize;
 		c->st.dropped += c->n;
@@ -451,6 +545,8 @@ static errcode_t cache_read_blk64(io_channel ch, unsigned long long block, int c
 			memcpy(p, e->data, c->bsize);
 			lru_unlink(e);
 			lru_front(c, e);
+		} else if (count >= CACHE_SUM_RUN) {
+			sum_keep(c, block + (unsigned int)i, p);
 		} else {
 			insert(c, block + (unsigned int)i, p);
 		}
@@ -470,12 +566,13 @@ static errcode_t cache_write_byte(io_channel ch, unsigned long offset, int size,
 	err = writeback(c);
 	if (!err)
 		err = io_channel_write_byte(c->layer.lower, offset, size, data);
-	/* Clean copies of the blocks it touched learn the new bytes. */
+	/* Clean copies of the blocks it touched learn the new bytes; sums are stale. */
 	for (b = offset / c->bsize; !err && size > 0 && b <= (offset + (unsigned long)size - 1) / c->bsize; b++) {
 		uint64_t bstart = b * c->bsize, from = offset > bstart ? offset : bstart;
 		uint64_t to = offset + (unsigned long)size < bstart + c->bsize ? offset + (unsigned long)size
 								     : bstart + c->bsize;
 
+		sum_drop(c, b);
 		e = lookup(c, b);
 		if (e)
 			memcpy(e->data + (from - bstart), (const char *)data + (from - offset), to - from);
@@ -506,6 +603,9 @@ static errcode_t cache_write_blk64(io_channel ch, unsigned long long block, int 
 				continue;	/* unchanged: nothing to write */
 			memcpy(e->data, p, c->bsize);
 		} else {
+			if (sum_same(c, block + (unsigned int)i, p))
+				continue;	/* the device holds these bytes */
+			sum_drop(c, block + (unsigned int)i);
 			e = insert(c, block + (unsigned int)i, p);
 			if (!e) {
 				/* No memory: this block goes to the device now, in order. */
