@@ -28,6 +28,7 @@ static void ctl_io_stats(struct rr_fs *rfs, struct rrctl_stats *s)
 	s->io_data_reads = d.data_reads;
 	s->io_data_writes = d.data_writes;
 	s->io_flushes = d.flushes;
+	s->io_meta_blocks = d.meta_bytes / rfs->bsize;
 	if (io_cache_stats(rfs->fs->io, &c))
 		return;
 	s->cache_blocks = c.blocks;

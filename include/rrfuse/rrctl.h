@@ -94,7 +94,7 @@ struct rrctl_stats {
 	uint64_t cache_dropped;
 	/* The device (src/io/dev.c): calls that moved bytes, metadata and file data apart. */
 	uint64_t io_meta_reads, io_meta_writes, io_data_reads, io_data_writes, io_flushes;
-	uint64_t reserved[1];
+	uint64_t io_meta_blocks;	/* bytes of metadata written, in blocks */
 };
 
 /*

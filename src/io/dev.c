@@ -38,7 +38,7 @@ struct io_dev {
 	int bdev;		/* a block device */
 	const char *name;	/* the channel's */
 	/* Calls that moved bytes (io_dev_stats); relaxed atomics, any thread. */
-	atomic_uint_fast64_t meta_reads, meta_writes, data_reads, data_writes, flushes;
+	atomic_uint_fast64_t meta_reads, meta_writes, meta_bytes, data_reads, data_writes, flushes;
 };
 
 static int io_open_readonly;
@@ -148,6 +148,7 @@ void io_dev_stats(io_channel ch, struct io_dev_stats *st)
 
 	st->meta_reads = atomic_load_explicit(&d->meta_reads, memory_order_relaxed);
 	st->meta_writes = atomic_load_explicit(&d->meta_writes, memory_order_relaxed);
+	st->meta_bytes = atomic_load_explicit(&d->meta_bytes, memory_order_relaxed);
 	st->data_reads = atomic_load_explicit(&d->data_reads, memory_order_relaxed);
 	st->data_writes = atomic_load_explicit(&d->data_writes, memory_order_relaxed);
 	st->flushes = atomic_load_explicit(&d->flushes, memory_order_relaxed);
@@ -345,6 +346,7 @@ static errcode_t rr_io_write_blk64(io_channel ch, unsigned long long block, int 
 
 	trace_io(TRACE_META, TRACE_WRITE, block * (uint64_t)ch->block_size, len);
 	tally(&priv->meta_writes);
+	atomic_fetch_add_explicit(&priv->meta_bytes, len, memory_order_relaxed);
 	ret = io_pwrite_all(priv->fd, data, len, block * (uint64_t)ch->block_size);
 
 	if (ret && ch->write_error)
@@ -369,6 +371,7 @@ static errcode_t rr_io_write_byte(io_channel ch, unsigned long offset, int size,
 
 	trace_io(TRACE_META, TRACE_WRITE, offset, (uint64_t)size);
 	tally(&priv->meta_writes);
+	atomic_fetch_add_explicit(&priv->meta_bytes, (uint64_t)size, memory_order_relaxed);
 	ret = io_pwrite_all(priv->fd, data, (size_t)size, offset);
 
 	return ret ? (errcode_t)-ret : 0;
@@ -418,6 +421,7 @@ static errcode_t rr_io_zeroout(io_channel ch, unsigned long long block, unsigned
 		int ret;
 
 		tally(&priv->meta_writes);
+		atomic_fetch_add_explicit(&priv->meta_bytes, n, memory_order_relaxed);
 		ret = io_pwrite_all(priv->fd, zero, n, off);
 
 		if (ret)

@@ -41,6 +41,7 @@ int io_data_write(io_channel ch, const void *buf, size_t len, uint64_t off);
 /* What the device did: calls that moved bytes, metadata and data apart. */
 struct io_dev_stats {
 	uint64_t meta_reads, meta_writes;	/* through the channel (zeroing counts as writes) */
+	uint64_t meta_bytes;			/* written by those writes */
 	uint64_t data_reads, data_writes;	/* the data path's */
 	uint64_t flushes;
 };
