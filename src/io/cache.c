@@ -663,22 +663,6 @@ int io_cache_stats(io_channel ch, struct io_cache_stats *st)
 	return 0;
 }
 
-static errcode_t cache_readahead(io_channel ch, unsigned long long block, unsigned long long count)
-{
-	struct cache *c = ch->private_data;
-
-	return io_channel_cache_readahead(c->layer.lower, block, count);
-}
-
-static errcode_t cache_set_option(io_channel ch, const char *option, const char *arg)
-{
-	struct cache *c = ch->private_data;
-
-	if (!c->layer.lower->manager->set_option)
-		return EXT2_ET_INVALID_ARGUMENT;
-	return c->layer.lower->manager->set_option(c->layer.lower, option, arg);
-}
-
 /* Zeroed or discarded below: the device's content is the truth, cached copies go first. */
 static errcode_t drop_then(io_channel ch, unsigned long long block, unsigned long long count,
 			   errcode_t (*op)(io_channel, unsigned long long, unsigned long long))
@@ -713,11 +697,11 @@ static struct struct_io_manager cache_manager = {
 	.write_blk = cache_write_blk,
 	.flush = cache_flush,
 	.write_byte = cache_write_byte,
-	.set_option = cache_set_option,
+	.set_option = io_stacked_set_option,
 	.read_blk64 = cache_read_blk64,
 	.write_blk64 = cache_write_blk64,
 	.discard = cache_discard,
-	.cache_readahead = cache_readahead,
+	.cache_readahead = io_stacked_readahead,
 	.zeroout = cache_zeroout,
 };
 

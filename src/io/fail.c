@@ -104,34 +104,37 @@ static errcode_t fail_set_blksize(io_channel ch, int blksize)
 	return err;
 }
 
-static errcode_t fail_read_blk64(io_channel ch, unsigned long long block, int count, void *data)
+/*
+ * A block transfer (write 0: read): failed here when it touches a failing
+ * block, else the layer below's; this channel's handler hears of either.
+ */
+static errcode_t transfer(io_channel ch, int write, unsigned long long block, int count, void *data)
 {
 	struct fail *f = ch->private_data;
 	uint64_t len = bytes(ch, count);
 	errcode_t err;
 
-	if (fails(f, 'r', block * (uint64_t)ch->block_size, len))
+	if (fails(f, write ? 'w' : 'r', block * (uint64_t)ch->block_size, len))
 		err = EIO;
+	else if (write)
+		err = io_channel_write_blk64(f->layer.lower, block, count, data);
 	else
 		err = io_channel_read_blk64(f->layer.lower, block, count, data);
-	if (err && ch->read_error)
+	if (err && write && ch->write_error)
+		return ch->write_error(ch, (unsigned long)block, count, data, (size_t)len, 0, err);
+	if (err && !write && ch->read_error)
 		return ch->read_error(ch, (unsigned long)block, count, data, (size_t)len, 0, err);
 	return err;
 }
 
+static errcode_t fail_read_blk64(io_channel ch, unsigned long long block, int count, void *data)
+{
+	return transfer(ch, 0, block, count, data);
+}
+
 static errcode_t fail_write_blk64(io_channel ch, unsigned long long block, int count, const void *data)
 {
-	struct fail *f = ch->private_data;
-	uint64_t len = bytes(ch, count);
-	errcode_t err;
-
-	if (fails(f, 'w', block * (uint64_t)ch->block_size, len))
-		err = EIO;
-	else
-		err = io_channel_write_blk64(f->layer.lower, block, count, data);
-	if (err && ch->write_error)
-		return ch->write_error(ch, (unsigned long)block, count, data, (size_t)len, 0, err);
-	return err;
+	return transfer(ch, 1, block, count, (void *)data);
 }
 
 static errcode_t fail_read_blk(io_channel ch, unsigned long block, int count, void *data)
@@ -160,16 +163,6 @@ static errcode_t fail_flush(io_channel ch)
 	return io_channel_flush(f->layer.lower);
 }
 
-static errcode_t fail_set_option(io_channel ch, const char *option, const char *arg)
-{
-	struct fail *f = ch->private_data;
-	io_channel lower = f->layer.lower;
-
-	if (!lower->manager->set_option)
-		return EXT2_ET_INVALID_ARGUMENT;
-	return lower->manager->set_option(lower, option, arg);
-}
-
 static errcode_t fail_zeroout(io_channel ch, unsigned long long block, unsigned long long count)
 {
 	struct fail *f = ch->private_data;
@@ -186,13 +179,6 @@ static errcode_t fail_discard(io_channel ch, unsigned long long block, unsigned 
 	return io_channel_discard(f->layer.lower, block, count);
 }
 
-static errcode_t fail_readahead(io_channel ch, unsigned long long block, unsigned long long count)
-{
-	struct fail *f = ch->private_data;
-
-	return io_channel_cache_readahead(f->layer.lower, block, count);
-}
-
 static struct struct_io_manager fail_manager = {
 	.magic = EXT2_ET_MAGIC_IO_MANAGER,
 	.name = "rrfuse fault injection",
@@ -203,11 +189,11 @@ static struct struct_io_manager fail_manager = {
 	.write_blk = fail_write_blk,
 	.flush = fail_flush,
 	.write_byte = fail_write_byte,
-	.set_option = fail_set_option,
+	.set_option = io_stacked_set_option,
 	.read_blk64 = fail_read_blk64,
 	.write_blk64 = fail_write_blk64,
 	.discard = fail_discard,
-	.cache_readahead = fail_readahead,
+	.cache_readahead = io_stacked_readahead,
 	.zeroout = fail_zeroout,
 };
 

@@ -65,6 +65,20 @@ errcode_t io_stacked_new(io_manager m, io_channel lower, size_t size, io_channel
 	return 0;
 }
 
+errcode_t io_stacked_set_option(io_channel ch, const char *option, const char *arg)
+{
+	io_channel lower = ((struct io_layer *)ch->private_data)->lower;
+
+	if (!lower->manager->set_option)
+		return EXT2_ET_INVALID_ARGUMENT;
+	return lower->manager->set_option(lower, option, arg);
+}
+
+errcode_t io_stacked_readahead(io_channel ch, unsigned long long block, unsigned long long count)
+{
+	return io_channel_cache_readahead(((struct io_layer *)ch->private_data)->lower, block, count);
+}
+
 void io_stacked_free(io_channel ch)
 {
 	ext2fs_free_mem(&ch->private_data);

@@ -50,5 +50,8 @@ int io_layers_data(io_channel ch, int write, uint64_t off, uint64_t len);
  */
 errcode_t io_stacked_new(io_manager m, io_channel lower, size_t size, io_channel *out);
 void io_stacked_free(io_channel ch);
+/* What a stacked manager has nothing to add to: the layer below's. */
+errcode_t io_stacked_set_option(io_channel ch, const char *option, const char *arg);
+errcode_t io_stacked_readahead(io_channel ch, unsigned long long block, unsigned long long count);
 
 #endif

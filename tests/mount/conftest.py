@@ -985,3 +985,13 @@ def device_io(m):
     return {k.replace(" ", "_"): int(v) for v, k in
             re.findall(r"(\d+) (metadata reads|metadata writes|metadata blocks written|data reads|"
                        r"data writes|flushes)", line[0])}
+
+
+def commit(m, path=None):
+    """An fsync of the root directory (or of path): rrfuse commits all
+    metadata (syncfs does not reach a libfuse 3.14 daemon)."""
+    fd = os.open(path or m.mnt, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from conftest import RRCTL, RRFUSE, device_io, kill_daemon, pattern, wait_for
+from conftest import RRCTL, RRFUSE, commit, device_io, kill_daemon, pattern, wait_for
 
 pytestmark = pytest.mark.rrfuse_only
 
@@ -50,11 +50,7 @@ def test_freed_metadata_reused_for_data_is_never_overwritten(mount_factory):
     m = mount_factory(size="64M", opts="commit=0")
     xattr_blocks(m.path(""), 400)
     assert cache_line(m)["dirty"] >= 400
-    fd = os.open(m.mnt, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    commit(m)
     stop = threading.Event()
 
     def churn():
@@ -94,11 +90,7 @@ def test_cache_serves_metadata_and_writes_at_commit(mount_factory):
     os.mkdir(m.path("d"))
     for i in range(2000):
         open(m.path("d/f%d" % i), "w").close()
-    fd = os.open(m.path("d"), os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    commit(m, m.path("d"))
     after = cache_line(m)
     assert after["hits"] - before["hits"] > 2000
     writes = after["write-back"] - before["write-back"]
@@ -120,11 +112,7 @@ def test_creates_per_metadata_write(mount_factory, cache):
         for i in range(500):
             with open(m.path("d%d/f%05d" % (d, i)), "wb") as f:
                 f.write(block)
-    fd = os.open(m.path("d0"), os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    commit(m, m.path("d0"))
     after = device_io(m)
     writes = after["metadata_writes"] - before["metadata_writes"]
     print("5000 creates (%s): %d metadata writes, %d data writes"

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from conftest import (KERNEL, RRFUSE, Mount, debugfs, fsck, kill_daemon, loop_works,
+from conftest import (KERNEL, RRFUSE, Mount, commit, debugfs, fsck, kill_daemon, loop_works,
                       make_image, pattern, syncfs, wait_for)
 
 pytestmark = pytest.mark.rrfuse_only
@@ -85,15 +85,6 @@ def open_unlinked(m, name, data):
     ino = os.fstat(fd).st_ino
     os.unlink(p)
     return fd, ino
-
-
-def commit(m):
-    """fsync of the root directory: rrfuse commits all metadata."""
-    fd = os.open(m.mnt, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def on_disk(m):

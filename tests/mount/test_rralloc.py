@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from conftest import RRCTL, RRFUSE, leaf_extents, make_image, run_mounted, wait_for
+from conftest import RRCTL, RRFUSE, commit, leaf_extents, make_image, run_mounted, wait_for
 
 pytestmark = pytest.mark.rrfuse_only
 
@@ -97,11 +97,7 @@ def rewrite_starts(m, mib, cycles=3):
         os.unlink(m.path("f"))
         # Freed at the kernel's FORGET, which follows the unlink on its own time.
         assert wait_for(lambda: os.statvfs(m.mnt).f_bfree >= free + mib * MIB // 4096, timeout=10)
-        fd = os.open(m.mnt, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        commit(m)
     return starts
 
 
