@@ -495,6 +495,7 @@ static void data_evict(struct rr_fs *rfs, struct rr_inode *ri)
 const struct rr_data_hooks data_hooks = {
 	.flush_all = data_flush_all,
 	.evict = data_evict,
+	.truncate = data_truncate,
 };
 
 ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size_t size,

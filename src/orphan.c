@@ -566,7 +566,7 @@ static int finish_one(struct rr_fs *rfs, struct cleanup *c, ext2_ino_t ino, int 
 	if (!ri)
 		return -EIO;
 	/* A crash mid-truncate left i_size final already: free what lies past it. */
-	ret = data_truncate(rfs, ri, ri->size);
+	ret = rfs->hooks && rfs->hooks->truncate ? rfs->hooks->truncate(rfs, ri, ri->size) : -EOPNOTSUPP;
 	rr_iput(rfs, ri, 1, 0);
 	if (!ret)
 		ret = orphan_truncate_done(rfs, ino);

@@ -117,15 +117,18 @@ struct rr_opts {
 struct rr_fs;
 
 /*
- * What the core (mount.c, commit.c, inode.c) asks of the data layer above
- * it, without naming it: data.c fills these in (data_hooks) and main.c
- * hands them to rr_fs_open.  NULL: no data layer (the unit tests).
+ * What the core (mount.c, commit.c, inode.c, orphan.c) asks of the data
+ * layer above it, without naming it: data.c fills these in (data_hooks)
+ * and main.c hands them to rr_fs_open.  NULL: no data layer (the unit
+ * tests).
  */
 struct rr_data_hooks {
 	/* Delayed data to its blocks: at each commit tick, remount read-only and unmount. */
 	int (*flush_all)(struct rr_fs *rfs);
 	/* An in-memory inode goes: its delayed data and cached block map go with it. */
 	void (*evict)(struct rr_fs *rfs, struct rr_inode *ri);
+	/* Cut a file to size bytes (the orphan cleanup finishing a truncate a crash left). */
+	int (*truncate)(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size);
 };
 
 struct rr_fs {
