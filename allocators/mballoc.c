@@ -262,25 +262,14 @@ static void map_set_range(uint8_t *map, uint32_t start, uint32_t len)
 		mb_bit_set(map, start + i);
 }
 
-/* Mark in map (group g's, 1 = used) the frozen and committing blocks of g.  fs lock held. */
+/* Mark in map (group g's, 1 = used) the frozen blocks of g.  Group lock held. */
 static void map_frozen(struct rr_alloc *a, uint32_t g, uint8_t *map)
 {
-	const struct mb_frozen *sets[2] = { &a->frozen, &a->committing };
-	uint64_t gfirst = group_first(a, g), gend = gfirst + group_nblocks(a, g);
-	size_t i;
-	int k;
+	const uint8_t *f = a->groups[g].fmap;
+	uint32_t i, n = (a->bpg + 7) / 8;
 
-	for (k = 0; k < 2; k++)
-		for (i = 0; i < sets[k]->n; i++) {
-			uint64_t s = sets[k]->v[i].pblk, e = s + sets[k]->v[i].len;
-
-			if (s < gfirst)
-				s = gfirst;
-			if (e > gend)
-				e = gend;
-			if (s < e)
-				map_set_range(map, (uint32_t)(s - gfirst), (uint32_t)(e - s));
-		}
+	for (i = 0; f && i < n; i++)
+		map[i] |= f[i];
 }
 
 /* The group's bitmap from libext2fs (1 = used).  fs lock held. */
@@ -1617,7 +1606,8 @@ static uint64_t claim(struct rr_alloc *a, uint64_t len, int root, int all)
 static int take_frozen(struct rr_alloc *a, const struct rr_alloc_req *req, struct rr_extent *out)
 {
 	struct mb_frozen *sets[2] = { &a->frozen, &a->committing };
-	int k;
+	struct mb_group *grp;
+	int k, taken;
 
 	for (k = 0; k < 2; k++) {
 		struct mb_frozen *f = sets[k];
@@ -1629,8 +1619,14 @@ static int take_frozen(struct rr_alloc *a, const struct rr_alloc_req *req, struc
 			if (!--e->len)
 				f->n--;
 			atomic_fetch_sub(&f->blocks, 1);
-			/* Taken on disk since (a block freed twice on a corrupt image): not this one. */
-			if (ext2fs_test_block_bitmap2(a->fs->block_map, blk))
+			grp = &a->groups[group_of(a, blk)];
+			pthread_mutex_lock(&grp->lock);
+			taken = grp->fmap && mb_bit_test(grp->fmap, blk - group_first(a, group_of(a, blk)));
+			if (taken)
+				mb_bit_clear(grp->fmap, blk - group_first(a, group_of(a, blk)));
+			pthread_mutex_unlock(&grp->lock);
+			/* Taken on disk since (libext2fs marked it): not this one. */
+			if (!taken || ext2fs_test_block_bitmap2(a->fs->block_map, blk))
 				continue;
 			if (req->flags & RR_ALLOC_HINT_ONLY) {
 				if (hint_add(a, blk, 1))
@@ -1734,52 +1730,52 @@ static void frozen_add(struct mb_frozen *f, uint64_t blk, uint64_t len)
 }
 
 /*
- * What the bitmap shows freed in [blk, blk+n) (one group, no PA
- * overlapping it any more): kept used in the buddy, frozen until its
- * commit is on disk (when the daemon commits: rr_alloc_set_commit), or
- * freed in the buddy now (thaw: the commit is on disk, or there are no
- * commits).  Blocks the buddy has free already are left alone: a corrupt
- * image can make libext2fs free a block twice (two files claiming it),
- * which must not bring the daemon down.  fs lock held.
+ * Free in the buddy what the bitmap shows freed in [blk, blk+n) (one
+ * group, no PA overlapping it any more), or, when the daemon commits
+ * (rr_alloc_set_commit), freeze it: used in the buddy, marked in the
+ * group's frozen map and the frozen set, until its commit is on disk.
+ * Blocks the buddy has free already, or frozen already, are left alone: a
+ * corrupt image can make libext2fs free a block twice (two files claiming
+ * it), which must not bring the daemon down.  fs lock held.
  */
-static void free_freed(struct rr_alloc *a, uint32_t g, uint64_t blk, uint32_t n, int thaw)
+static void free_freed(struct rr_alloc *a, uint32_t g, uint64_t blk, uint32_t n)
 {
 	struct mb_group *grp = &a->groups[g];
 	uint32_t off = (uint32_t)(blk - group_first(a, g)), i, run = 0, twice = 0;
-	int freeze = !thaw && a->commit;
+	int freeze = !!a->commit;
 
 	pthread_mutex_lock(&grp->lock);
+	/* A group frozen blocks lie in is loaded: its frozen map lives beside the buddy. */
+	if (freeze && !grp->buddy && group_load_locked(a, g))
+		freeze = 0;
+	if (freeze && !grp->fmap && !(grp->fmap = map_alloc(a)))
+		freeze = 0;
 	if (!grp->buddy) {
-		/* Built from the bitmap when loaded, with what is still frozen marked used. */
-		if (freeze) {
-			frozen_add(&a->frozen, blk, n);
-		} else {
-			atomic_store(&grp->free, ext2fs_bg_free_blocks_count(a->fs, g));
-			if (MB_T(a, discard))
-				io_channel_discard(a->fs->io, blk, n);
-		}
+		atomic_store(&grp->free, ext2fs_bg_free_blocks_count(a->fs, g));
+		if (MB_T(a, discard))
+			io_channel_discard(a->fs->io, blk, n);
 		pthread_mutex_unlock(&grp->lock);
 		return;
 	}
 	for (i = 0; i <= n; i++) {
 		int freed = i < n && !ext2fs_test_block_bitmap2(a->fs->block_map, blk + i) &&
-			    !mb_bit_test(grp->pmap, off + i) && mb_buddy_test(grp->buddy, off + i);
+			    !mb_bit_test(grp->pmap, off + i) && mb_buddy_test(grp->buddy, off + i) &&
+			    !(grp->fmap && mb_bit_test(grp->fmap, off + i));
 
 		if (freed) {
 			run++;
 			continue;
 		}
-		twice += i < n && !thaw;
+		twice += i < n;
 		if (run && freeze) {
+			map_set_range(grp->fmap, off + i - run, run);
 			frozen_add(&a->frozen, blk + i - run, run);
-			run = 0;
-			continue;
+		} else if (run) {
+			if (MB_T(a, discard))
+				io_channel_discard(a->fs->io, blk + i - run, run);
+			if (mb_buddy_free(grp->buddy, off + i - run, run))
+				mb_fail("freeing blocks that are free", g);
 		}
-		/* -o discard: after the commit, before the buddy lets anyone have the run again. */
-		if (run && MB_T(a, discard))
-			io_channel_discard(a->fs->io, blk + i - run, run);
-		if (run && mb_buddy_free(grp->buddy, off + i - run, run))
-			mb_fail("freeing blocks that are free", g);
 		run = 0;
 	}
 	group_update(a, g);
@@ -1789,8 +1785,41 @@ static void free_freed(struct rr_alloc *a, uint32_t g, uint64_t blk, uint32_t n,
 			g, twice);
 }
 
-/* Split [blk, blk+len) at group ends for free_freed.  fs lock held. */
-static void free_range(struct rr_alloc *a, uint64_t blk, uint64_t len, int thaw)
+/*
+ * Their commit is on disk: the frozen blocks of [blk, blk+n) (one group)
+ * are free, but for those the bitmap shows taken again meanwhile.  -o
+ * discard discards them now, after the commit and before the buddy lets
+ * anyone have them.  fs lock held.
+ */
+static void thaw(struct rr_alloc *a, uint32_t g, uint64_t blk, uint32_t n)
+{
+	struct mb_group *grp = &a->groups[g];
+	uint32_t off = (uint32_t)(blk - group_first(a, g)), i, run = 0;
+
+	pthread_mutex_lock(&grp->lock);
+	for (i = 0; grp->fmap && i <= n; i++) {
+		int freed = 0;
+
+		if (i < n && mb_bit_test(grp->fmap, off + i)) {
+			mb_bit_clear(grp->fmap, off + i);
+			freed = !ext2fs_test_block_bitmap2(a->fs->block_map, blk + i);
+		}
+		if (freed) {
+			run++;
+			continue;
+		}
+		if (run && MB_T(a, discard))
+			io_channel_discard(a->fs->io, blk + i - run, run);
+		if (run && mb_buddy_free(grp->buddy, off + i - run, run))
+			mb_fail("thawing blocks that are free", g);
+		run = 0;
+	}
+	group_update(a, g);
+	pthread_mutex_unlock(&grp->lock);
+}
+
+/* Split [blk, blk+len) at group ends for free_freed (or thaw).  fs lock held. */
+static void free_range(struct rr_alloc *a, uint64_t blk, uint64_t len, int thaw_them)
 {
 	while (len) {
 		uint32_t g = group_of(a, blk);
@@ -1798,9 +1827,12 @@ static void free_range(struct rr_alloc *a, uint64_t blk, uint64_t len, int thaw)
 
 		if (n > len)
 			n = len;
-		if (!thaw)
+		if (thaw_them) {
+			thaw(a, g, blk, (uint32_t)n);
+		} else {
 			pa_discard_overlap(a, blk, (uint32_t)n, 1);
-		free_freed(a, g, blk, (uint32_t)n, thaw);
+			free_freed(a, g, blk, (uint32_t)n);
+		}
 		verify_range(a, blk, n);
 		blk += n;
 		len -= n;
@@ -2211,6 +2243,7 @@ void rr_alloc_detach(struct rr_alloc *a)
 			free(a->groups[g].buddy);
 		}
 		free(a->groups[g].pmap);
+		free(a->groups[g].fmap);
 		pthread_mutex_destroy(&a->groups[g].lock);
 	}
 	for (l = 0; l < MB_NLISTS; l++)

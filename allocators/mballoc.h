@@ -102,6 +102,12 @@ struct mb_group {
 	 * (1 = pending), applied by rr_alloc_sync.  Allocated with the buddy.
 	 */
 	uint8_t *pmap;
+	/*
+	 * Blocks freed and waiting for their commit (1 = frozen: free in the
+	 * bitmap, used in the buddy), in a->frozen or a->committing; fs lock
+	 * and this lock.  Allocated at the first one.
+	 */
+	uint8_t *fmap;
 	uint32_t npending;
 	uint32_t pfirst, plast;		/* pending bits lie in [pfirst, plast) (when npending) */
 	int queued;			/* on the pending stack (a->pending_head) */
