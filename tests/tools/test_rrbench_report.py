@@ -62,3 +62,34 @@ def test_report_tiny(tmp_path):
     assert len(wa) == 4 * 2 * 2 and all(w >= 1.0 for w in wa)
     assert os.listdir(tmp) == []
     assert subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout == loops_before
+
+
+def test_read_workloads_quick(tmp_path):
+    """W9-W12 (reads of files the system wrote, cold cache) on rrfuse, quick
+    sizes and a one-second fio: every run ok and e2fsck-clean, and each
+    read figure is there and not zero (W12 with its writes beside it)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (rrbench drops the page cache)")
+    if not os.path.exists("/dev/fuse") or not os.access(RRFUSE, os.X_OK):
+        pytest.skip("needs /dev/fuse and a built rrfuse")
+    if shutil.which("fio") is None:
+        pytest.skip("needs fio (tools/deps.sh)")
+    out = tmp_path / "reads"
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    r = subprocess.run(["/usr/bin/python3", RRBENCH, "-w", "W9,W10,W11,W12", "-s", "rrfuse",
+                        "--rrfuse", RRFUSE, "-n", "1", "--quick", "--fio-runtime", "1",
+                        "--image-size", "1G", "-o", str(out), "--tmpdir", str(tmp)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    with open(out / "runs.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["status"] for r in rows} == {"ok"}, rows
+    assert {r["fsck_rc"] for r in rows} == {"0"}, rows
+    got = {(r["workload"], r["metric"]): float(r["value"]) for r in rows if r["value"]}
+    for wid in ("W9", "W10", "W11", "W12"):
+        for metric in ("read_mibs", "read_iops", "read_lat_mean_us"):
+            assert got.get((wid, metric), 0) > 0, (wid, metric, sorted(got))
+    assert got.get(("W12", "write_iops"), 0) > 0, sorted(got)
+    text = (out / "report.md").read_text()
+    assert "drop_caches" in text and "--rw=randrw" in text
