@@ -311,6 +311,8 @@ static int group_load_locked(struct rr_alloc *a, uint32_t g)
 		free(b);
 		return map ? -ENOMEM : -EIO;
 	}
+	/* Free on disk, still waiting for their commit: used here. */
+	map_frozen(a, g, map);
 	mb_buddy_generate(b, map);
 	free(map);
 	if (MB_T(a, mb_stats)) {
@@ -1849,22 +1851,9 @@ void rr_alloc_commit_begin(struct rr_alloc *a)
 
 	if (!a->frozen.n)
 		return;
-	if (!a->committing.n) {
-		/* The usual case: the sets trade places. */
-		struct rr_extent *v = a->committing.v;
-		size_t cap = a->committing.cap;
-
-		a->committing.v = a->frozen.v;
-		a->committing.n = a->frozen.n;
-		a->committing.cap = a->frozen.cap;
-		atomic_store(&a->committing.blocks, atomic_load(&a->frozen.blocks));
-		a->frozen.v = v;
-		a->frozen.cap = cap;
-	} else {
-		/* A failed commit's blocks are still waiting: these go with them. */
-		for (i = 0; i < a->frozen.n; i++)
-			frozen_add(&a->committing, a->frozen.v[i].pblk, a->frozen.v[i].len);
-	}
+	/* A failed commit's blocks are still waiting: they go with this one. */
+	for (i = 0; i < a->frozen.n; i++)
+		frozen_add(&a->committing, a->frozen.v[i].pblk, a->frozen.v[i].len);
 	a->frozen.n = 0;
 	atomic_store(&a->frozen.blocks, 0);
 }

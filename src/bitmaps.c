@@ -77,34 +77,6 @@ static void bitmaps_readahead(ext2_filsys fs)
 		}
 }
 
-/* Group g's block (inode: 1) bitmap from dev into libext2fs's map, if it has one on disk. */
-static errcode_t read_one(ext2_filsys fs, io_channel dev, dgrp_t g, int inode, char *buf,
-			  struct rr_bitmaps *bm)
-{
-	uint32_t nbytes = (inode ? EXT2_INODES_PER_GROUP(fs->super) : EXT2_CLUSTERS_PER_GROUP(fs->super)) / 8;
-	int csum_ok;
-	blk64_t b = bitmap_to_read(fs, g, inode);
-	errcode_t err;
-
-	if (!b)
-		return 0;
-	if (io_channel_read_blk64(dev, b, 1, buf))
-		return inode ? EXT2_ET_INODE_BITMAP_READ : EXT2_ET_BLOCK_BITMAP_READ;
-	csum_ok = (fs->flags & EXT2_FLAG_IGNORE_CSUM_ERRORS) ||
-		  (inode ? ext2fs_inode_bitmap_csum_verify(fs, g, buf, (int)nbytes)
-			 : ext2fs_block_bitmap_csum_verify(fs, g, buf, (int)nbytes));
-	if (!csum_ok)
-		return inode ? EXT2_ET_INODE_BITMAP_CSUM_INVALID : EXT2_ET_BLOCK_BITMAP_CSUM_INVALID;
-	err = inode ? ext2fs_set_inode_bitmap_range2(fs->inode_map,
-						     (uint64_t)g * EXT2_INODES_PER_GROUP(fs->super) + 1,
-						     nbytes * 8, buf)
-		    : ext2fs_set_block_bitmap_range2(fs->block_map, ext2fs_group_first_block2(fs, g),
-						     nbytes * 8, buf);
-	if (!err)
-		sum_set(bm, g, inode, buf, fs->blocksize);
-	return err;
-}
-
 /*
  * ext2fs_read_bitmaps, without the work for groups that were never
  * initialised.  libext2fs's reader hands every group's bitmap to the
@@ -117,7 +89,10 @@ static errcode_t read_one(ext2_filsys fs, io_channel dev, dgrp_t g, int inode, c
  */
 errcode_t rr_bitmaps_read(ext2_filsys fs, struct rr_bitmaps *bm)
 {
-	int flags = fs->flags, inode;
+	uint32_t bnbytes = EXT2_CLUSTERS_PER_GROUP(fs->super) / 8;
+	uint32_t inbytes = EXT2_INODES_PER_GROUP(fs->super) / 8;
+	int nocsum = !!(fs->flags & EXT2_FLAG_IGNORE_CSUM_ERRORS);
+	int flags = fs->flags;
 	char *buf = NULL;
 	errcode_t err;
 	dgrp_t g;
@@ -139,9 +114,38 @@ errcode_t rr_bitmaps_read(ext2_filsys fs, struct rr_bitmaps *bm)
 		err = ext2fs_allocate_block_bitmap(fs, "block bitmap", &fs->block_map);
 	if (!err)
 		err = ext2fs_allocate_inode_bitmap(fs, "inode bitmap", &fs->inode_map);
-	for (g = 0; !err && g < fs->group_desc_count; g++)
-		for (inode = 0; !err && inode < 2; inode++)
-			err = read_one(fs, dev, g, inode, buf, bm);
+	for (g = 0; !err && g < fs->group_desc_count; g++) {
+		blk64_t b = bitmap_to_read(fs, g, 0);
+
+		if (b) {
+			err = io_channel_read_blk64(dev, b, 1, buf);
+			if (err)
+				err = EXT2_ET_BLOCK_BITMAP_READ;
+			else if (!nocsum && !ext2fs_block_bitmap_csum_verify(fs, g, buf, (int)bnbytes))
+				err = EXT2_ET_BLOCK_BITMAP_CSUM_INVALID;
+			else
+				err = ext2fs_set_block_bitmap_range2(fs->block_map,
+								     ext2fs_group_first_block2(fs, g),
+								     bnbytes * 8, buf);
+			if (err)
+				break;
+			sum_set(bm, g, 0, buf, fs->blocksize);
+		}
+		b = bitmap_to_read(fs, g, 1);
+		if (b) {
+			err = io_channel_read_blk64(dev, b, 1, buf);
+			if (err)
+				err = EXT2_ET_INODE_BITMAP_READ;
+			else if (!nocsum && !ext2fs_inode_bitmap_csum_verify(fs, g, buf, (int)inbytes))
+				err = EXT2_ET_INODE_BITMAP_CSUM_INVALID;
+			else
+				err = ext2fs_set_inode_bitmap_range2(fs->inode_map,
+								     (uint64_t)g * EXT2_INODES_PER_GROUP(fs->super) + 1,
+								     inbytes * 8, buf);
+			if (!err)
+				sum_set(bm, g, 1, buf, fs->blocksize);
+		}
+	}
 	/* As ext2fs_read_bitmaps: an uninitialised group's own metadata is in use. */
 	for (g = 0; !err && g < fs->group_desc_count; g++) {
 		blk64_t b;
@@ -172,6 +176,7 @@ errcode_t rr_bitmaps_read(ext2_filsys fs, struct rr_bitmaps *bm)
 	return err;
 }
 
+
 /*
  * Group g's block (inode: 1) bitmap to buf as ext2fs_write_bitmaps lays it
  * out: the map's bits, the rest of the block all ones (for the last group's
@@ -179,11 +184,6 @@ errcode_t rr_bitmaps_read(ext2_filsys fs, struct rr_bitmaps *bm)
  */
 static errcode_t bitmap_block(ext2_filsys fs, dgrp_t g, int inode, unsigned char *buf, int *nbytes)
 {
-	uint64_t used = (ext2fs_blocks_count(fs->super) - fs->super->s_first_data_block) %
-			EXT2_BLOCKS_PER_GROUP(fs->super);
-	errcode_t err;
-	unsigned int j;
-
 	memset(buf, 0xff, fs->blocksize);
 	if (inode) {
 		*nbytes = (int)((EXT2_INODES_PER_GROUP(fs->super) + 7) / 8);
@@ -192,12 +192,18 @@ static errcode_t bitmap_block(ext2_filsys fs, dgrp_t g, int inode, unsigned char
 						      (unsigned int)*nbytes * 8, buf);
 	}
 	*nbytes = (int)(EXT2_CLUSTERS_PER_GROUP(fs->super) / 8);
-	err = ext2fs_get_block_bitmap_range2(fs->block_map, ext2fs_group_first_block2(fs, g),
-					     (unsigned int)*nbytes * 8, buf);
-	if (!err && g == fs->group_desc_count - 1 && used)
-		for (j = (unsigned int)used; j < fs->blocksize * 8; j++)
-			ext2fs_set_bit(j, buf);
-	return err;
+	{
+		errcode_t err = ext2fs_get_block_bitmap_range2(fs->block_map, ext2fs_group_first_block2(fs, g),
+							       (unsigned int)*nbytes * 8, buf);
+		uint64_t used = (ext2fs_blocks_count(fs->super) - fs->super->s_first_data_block) %
+				EXT2_BLOCKS_PER_GROUP(fs->super);
+		unsigned int j;
+
+		if (!err && g == fs->group_desc_count - 1 && used)
+			for (j = (unsigned int)used; j < fs->blocksize * 8; j++)
+				ext2fs_set_bit(j, buf);
+		return err;
+	}
 }
 
 /*
@@ -235,17 +241,17 @@ errcode_t rr_bitmaps_write(ext2_filsys fs, struct rr_bitmaps *bm)
 			err = bitmap_block(fs, g, inode, buf, &nbytes);
 			if (err)
 				break;
-			now = io_block_sum(buf, fs->blocksize);
-			if (now != *sum)
-				err = inode ? ext2fs_inode_bitmap_csum_set(fs, g, (char *)buf, nbytes)
-					    : ext2fs_block_bitmap_csum_set(fs, g, (char *)buf, nbytes);
-			if (err)
-				break;
 			/* As libext2fs's writer: the descriptor's own checksum, changed bitmap or not. */
 			ext2fs_group_desc_csum_set(fs, g);
 			fs->flags |= EXT2_FLAG_DIRTY;
+			now = io_block_sum(buf, fs->blocksize);
 			if (now == *sum)
 				continue;
+			err = inode ? ext2fs_inode_bitmap_csum_set(fs, g, (char *)buf, nbytes)
+				    : ext2fs_block_bitmap_csum_set(fs, g, (char *)buf, nbytes);
+			if (err)
+				break;
+			ext2fs_group_desc_csum_set(fs, g);
 			if (blk && blk < ext2fs_blocks_count(fs->super))
 				err = io_channel_write_blk64(fs->io, blk, 1, buf);
 			if (!err)

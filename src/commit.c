@@ -1,10 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * Commits: what changed in memory reaches the image at the commit interval
- * (the commit thread), at fsync, at remount read-only, at unmount and when
- * file data finds room only in blocks freed since the last; the
- * superblock's primary copy on its own when an error or the orphan cleanup
- * needs it at once.
+ * (the commit thread), at fsync, at remount read-only and at unmount; the
+ * superblock's primary copy on its own when the orphan list needs it first.
  */
 #include "rrfs.h"
 #include "io/dev.h"
@@ -19,10 +17,9 @@
 #include <time.h>
 
 /*
- * The superblock's primary copy, written now (after every dirty block: the
- * cache orders byte writes so): an error recorded, an orphan list cut at
- * mount.  Otherwise the commit writes it with everything else.  Caller
- * holds the fs lock.  libext2fs's flush writes only what
+ * The superblock's primary copy, written now: the orphan list's updates are
+ * ordered against inode writes (the commit writes it with everything else
+ * otherwise).  Caller holds the fs lock.  libext2fs's flush writes only what
  * differs from orig_super, so orig_super learns what is on disk.
  */
 int rr_fs_write_super(struct rr_fs *rfs)
@@ -105,7 +102,7 @@ int rr_fs_commit(struct rr_fs *rfs, int sync)
 	return 0;
 }
 
-/* The allocator's way to a commit: file data found room only in blocks freed since the last. */
+/* The allocator's way to a commit, when file data finds free space only in blocks freed since the last. */
 int rr_fs_commit_for_alloc(void *rfs)
 {
 	return rr_fs_commit(rfs, 1);

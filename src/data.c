@@ -248,8 +248,10 @@ static int map_run(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk, const 
 	 * initialised blocks pass its size.
 	 */
 	if (!ret && size_to > ri->size) {
-		/* in is as emap_map wrote it. */
-		ret = rr_err_ino(ext2fs_inode_size_set(rfs->fs, (struct ext2_inode *)&in, size_to), ri->ino);
+		ret = inode_load(rfs, ri->ino, &in);
+		if (!ret)
+			ret = rr_err_ino(ext2fs_inode_size_set(rfs->fs, (struct ext2_inode *)&in, size_to),
+					 ri->ino);
 		if (!ret)
 			ret = inode_write(rfs, ri->ino, &in);
 		if (!ret)

@@ -9,9 +9,9 @@
  *    overwritten later by a stale cached copy: every data write is offered
  *    to this layer before the device writes it (cache_data, layer.h), and
  *    the copy is dropped, dirty or not (and a block known by its sum
- *    forgets it: the device no longer holds those bytes).  Write-back
- *    holds the cache lock while it writes, so a data write either waits
- *    for it or has dropped the block before write-back looks.
+ *    forgets it: the device no longer holds those bytes).  Write-back holds the cache lock
+ *    while it writes, so a data write either waits for it or has dropped
+ *    the block before write-back looks.
  *  - A block the device manager zeroes or discards is dropped first
  *    (cache_zeroout, cache_discard).
  *  - Writes addressed in bytes (the superblock, rr_fs_write_super) go to the
@@ -264,8 +264,7 @@ static errcode_t writeback(struct cache *c)
 	if (!c->ndirty)
 		return 0;
 	v = malloc(c->ndirty * sizeof(*v));
-	/* No longer than the longest run can be: a commit of a few blocks needs no 1 MiB buffer. */
-	run = malloc((c->ndirty < CACHE_RUN_MAX ? c->ndirty : CACHE_RUN_MAX) * c->bsize);
+	run = malloc((size_t)CACHE_RUN_MAX * c->bsize);
 	if (!v || !run) {
 		free(v);
 		free(run);

@@ -142,12 +142,6 @@ static void tally(atomic_uint_fast64_t *c)
 	atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
 }
 
-static void tally_meta_write(struct io_dev *d, uint64_t bytes)
-{
-	tally(&d->meta_writes);
-	atomic_fetch_add_explicit(&d->meta_bytes, bytes, memory_order_relaxed);
-}
-
 void io_dev_stats(io_channel ch, struct io_dev_stats *st)
 {
 	struct io_dev *d = dev_of(ch);
@@ -351,7 +345,8 @@ static errcode_t rr_io_write_blk64(io_channel ch, unsigned long long block, int 
 	int ret;
 
 	trace_io(TRACE_META, TRACE_WRITE, block * (uint64_t)ch->block_size, len);
-	tally_meta_write(priv, len);
+	tally(&priv->meta_writes);
+	atomic_fetch_add_explicit(&priv->meta_bytes, len, memory_order_relaxed);
 	ret = io_pwrite_all(priv->fd, data, len, block * (uint64_t)ch->block_size);
 
 	if (ret && ch->write_error)
@@ -375,7 +370,8 @@ static errcode_t rr_io_write_byte(io_channel ch, unsigned long offset, int size,
 	int ret;
 
 	trace_io(TRACE_META, TRACE_WRITE, offset, (uint64_t)size);
-	tally_meta_write(priv, (uint64_t)size);
+	tally(&priv->meta_writes);
+	atomic_fetch_add_explicit(&priv->meta_bytes, (uint64_t)size, memory_order_relaxed);
 	ret = io_pwrite_all(priv->fd, data, (size_t)size, offset);
 
 	return ret ? (errcode_t)-ret : 0;
@@ -424,7 +420,8 @@ static errcode_t rr_io_zeroout(io_channel ch, unsigned long long block, unsigned
 		size_t n = len > sizeof(zero) ? sizeof(zero) : (size_t)len;
 		int ret;
 
-		tally_meta_write(priv, n);
+		tally(&priv->meta_writes);
+		atomic_fetch_add_explicit(&priv->meta_bytes, n, memory_order_relaxed);
 		ret = io_pwrite_all(priv->fd, zero, n, off);
 
 		if (ret)
