@@ -22,6 +22,8 @@ static void ctl_io_stats(struct rr_fs *rfs, struct rrctl_stats *s)
 	struct io_cache_stats c;
 	struct io_dev_stats d;
 
+	for (size_t i = 0; rfs->requests && i < RRCTL_NREQ; i++)
+		s->requests[i] = atomic_load_explicit(&rfs->requests[i], memory_order_relaxed);
 	io_dev_stats(rfs->fs->io, &d);
 	s->io_meta_reads = d.meta_reads;
 	s->io_meta_writes = d.meta_writes;

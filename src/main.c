@@ -5,6 +5,7 @@
  * image until the mount has succeeded.
  */
 #include "ops.h"
+#include "channel.h"
 #include <et/com_err.h>
 #include <ext2fs/ext2_err.h>
 #include "log.h"
@@ -334,6 +335,11 @@ int main(int argc, char *argv[])
 		goto out_se;
 	if (fuse_session_mount(se, fo.mountpoint))
 		goto out_sig;
+	r = chan_attach(se, rfs);
+	if (r) {
+		fprintf(stderr, "rrfuse: cannot attach to the FUSE channel: %s\n", strerror(-r));
+		goto out_unmount;
+	}
 	if (!blkdev) {
 		char real[PATH_MAX], src[PATH_MAX];
 

@@ -8,6 +8,7 @@
  */
 #include "ops.h"
 #include "acl.h"
+#include "channel.h"
 #include "ctl.h"
 #include "dir.h"
 #include "trim.h"
@@ -138,6 +139,8 @@ static void rr_init(void *userdata, struct fuse_conn_info *conn)
 	if ((conn->capable & FUSE_CAP_POSIX_ACL) && (conn->capable & FUSE_CAP_DONT_MASK))
 		conn->want |= FUSE_CAP_POSIX_ACL | FUSE_CAP_DONT_MASK;
 	conn->want &= ~(unsigned)FUSE_CAP_ATOMIC_O_TRUNC;
+	/* A spliced request would not pass chan_read: its set-id marks would be lost. */
+	conn->want &= ~(unsigned)FUSE_CAP_SPLICE_READ;
 	conn->max_write = 1 << 20;
 	conn->max_readahead = 1 << 20;
 	conn->max_background = 64;
@@ -263,6 +266,79 @@ static void rr_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		reply_attr(req, e2ino(ino), &in);
 }
 
+/* in_group_p(): the caller's filesystem gid or one of its supplementary groups. */
+static int caller_in_group(fuse_req_t req, gid_t gid)
+{
+	gid_t small[32], *list = small;
+	int n, i, in = fuse_req_ctx(req)->gid == gid;
+
+	n = in ? 0 : fuse_req_getgroups(req, 32, small);
+	if (n > 32) {
+		int cap = n;
+
+		list = malloc((size_t)cap * sizeof(*list));
+		n = list ? fuse_req_getgroups(req, cap, list) : 0;
+		if (n > cap)
+			n = cap;	/* it gained groups meanwhile: these will do */
+	}
+	for (i = 0; i < n && !in; i++)
+		in = list[i] == gid;
+	if (list != small)
+		free(list);
+	return in;
+}
+
+/*
+ * The set-id bits the VFS's setattr_should_drop_suidgid() drops for a
+ * caller without CAP_FSETID (capable: the caller may keep a set-group-ID
+ * that is not group-executable, as in_group_or_capable()).  Under
+ * KILLPRIV_V2 the kernel leaves this to the server: it marks the requests
+ * whose caller lacks CAP_FSETID (chan_req_kills_suidgid), and marks none
+ * for fallocate().
+ */
+static __u16 suidgid_to_drop(fuse_req_t req, ext2_ino_t ino, int capable)
+{
+	struct ext2_inode_large in;
+	__u16 mode, kill = 0;
+
+	if (inode_read(rr_fs_of(req), ino, &in) || !LINUX_S_ISREG(in.i_mode))
+		return 0;
+	mode = in.i_mode;
+	if (mode & S_ISUID)
+		kill |= S_ISUID;
+	if ((mode & S_ISGID) && ((mode & S_IXGRP) || (!capable && !caller_in_group(req, inode_gid(in)))))
+		kill |= S_ISGID;
+	return kill;
+}
+
+/*
+ * Drop them for a write or an fallocate: no SETATTR follows, so the
+ * kernel's copy of the mode is stale until it hears.
+ */
+static int drop_suidgid(fuse_req_t req, fuse_ino_t fino, int capable)
+{
+	struct rr_fs *rfs = rr_fs_of(req);
+	__u16 kill = suidgid_to_drop(req, e2ino(fino), capable);
+	struct ext2_inode_large in;
+	struct timespec now;
+	int ret;
+
+	if (!kill)
+		return 0;
+	clock_gettime(CLOCK_REALTIME_COARSE, &now);
+	rr_fs_lock(rfs);
+	ret = inode_load(rfs, e2ino(fino), &in);
+	if (!ret) {
+		in.i_mode &= (__u16)~kill;
+		inode_set_time(&in, RR_CTIME, &now);
+		ret = inode_write(rfs, e2ino(fino), &in);
+	}
+	rr_fs_unlock(rfs);
+	if (!ret && !rfs->opts.single)
+		fuse_lowlevel_notify_inval_inode(rfs->se, fino, -1, 0);
+	return ret;
+}
+
 /*
  * The writeback cache's flush of the mtime and ctime it keeps for a regular
  * file (after writes, and after calls it failed only once it had touched
@@ -302,6 +378,7 @@ static void rr_setattr(fuse_req_t req, fuse_ino_t fino, struct stat *attr, int t
 	struct ext2_inode_large in;
 	struct timespec now;
 	unsigned int guard;
+	__u16 kill = 0;
 	int ret = 0;
 
 	if (rfs->ro) {
@@ -329,10 +406,17 @@ static void rr_setattr(fuse_req_t req, fuse_ino_t fino, struct stat *attr, int t
 			return;
 		}
 	}
+	/*
+	 * Marked for a chown() always, for a truncate by a caller without
+	 * CAP_FSETID; root's chown() keeps a set-gid that is not group-executable.
+	 */
+	if (chan_req_kills_suidgid())
+		kill = suidgid_to_drop(req, ino, !(to_set & FUSE_SET_ATTR_SIZE) && fuse_req_ctx(req)->uid == 0);
 	clock_gettime(CLOCK_REALTIME_COARSE, &now);
 	rr_fs_lock(rfs);
 	ret = inode_load(rfs, ino, &in);
 	if (!ret) {
+		in.i_mode &= (__u16)~kill;
 		if (to_set & FUSE_SET_ATTR_MODE)
 			in.i_mode = (__u16)((in.i_mode & S_IFMT) | (attr->st_mode & ~S_IFMT));
 		if (to_set & FUSE_SET_ATTR_UID) {
@@ -627,11 +711,14 @@ static void rr_write(fuse_req_t req, fuse_ino_t fino, const char *buf, size_t si
 		return;
 	}
 	ri = node(rfs, fino);
-	if (ri && (atomic_load(&ri->guard) & EXT2_IMMUTABLE_FL))
+	n = ri ? 0 : -EIO;
+	if (!n && (atomic_load(&ri->guard) & EXT2_IMMUTABLE_FL))
 		n = -EPERM;	/* made immutable after it was opened for writing */
-	else
-		n = ri ? data_write(rfs, ri, buf, size, (uint64_t)off, fh_privileged(fi),
-				    fi->writepage && rfs->opts.delalloc, &short_err) : -EIO;
+	if (!n && chan_req_kills_suidgid())
+		n = drop_suidgid(req, fino, 0);
+	if (!n)
+		n = data_write(rfs, ri, buf, size, (uint64_t)off, fh_privileged(fi),
+			       fi->writepage && rfs->opts.delalloc, &short_err);
 	/*
 	 * Writeback of cached pages ignores a short count: the rest would be
 	 * lost without a word.  Only an error reaches fsync() and close().
@@ -855,28 +942,6 @@ static void rr_statfs(fuse_req_t req, fuse_ino_t ino)
 	fuse_reply_statfs(req, &st);
 }
 
-/* in_group_p(): the caller's filesystem gid or one of its supplementary groups. */
-static int caller_in_group(fuse_req_t req, gid_t gid)
-{
-	gid_t small[32], *list = small;
-	int n, i, in = fuse_req_ctx(req)->gid == gid;
-
-	n = in ? 0 : fuse_req_getgroups(req, 32, small);
-	if (n > 32) {
-		int cap = n;
-
-		list = malloc((size_t)cap * sizeof(*list));
-		n = list ? fuse_req_getgroups(req, cap, list) : 0;
-		if (n > cap)
-			n = cap;	/* it gained groups meanwhile: these will do */
-	}
-	for (i = 0; i < n && !in; i++)
-		in = list[i] == gid;
-	if (list != small)
-		free(list);
-	return in;
-}
-
 /*
  * An access ACL sets the mode's permission bits; the kernel's
  * posix_acl_update_mode() also drops set-gid for a caller neither in the
@@ -973,11 +1038,15 @@ static void rr_fallocate(fuse_req_t req, fuse_ino_t fino, int mode, off_t off, o
 	}
 	ri = node(rfs, fino);
 	guard = ri ? atomic_load(&ri->guard) : 0;
+	ret = ri ? 0 : -EIO;
 	/* As vfs_fallocate(): an append-only file may only grow. */
-	if ((guard & EXT2_IMMUTABLE_FL) || ((guard & EXT2_APPEND_FL) && (mode & ~FALLOC_FL_KEEP_SIZE)))
+	if (!ret && ((guard & EXT2_IMMUTABLE_FL) || ((guard & EXT2_APPEND_FL) && (mode & ~FALLOC_FL_KEEP_SIZE))))
 		ret = -EPERM;
-	else
-		ret = ri ? data_fallocate(rfs, ri, mode, (uint64_t)off, (uint64_t)len, fh_privileged(fi)) : -EIO;
+	/* The kernel marks no FALLOCATE: a caller other than root is taken to lack CAP_FSETID. */
+	if (!ret && rfs->killpriv_v2 && fuse_req_ctx(req)->uid)
+		ret = drop_suidgid(req, fino, 0);
+	if (!ret)
+		ret = data_fallocate(rfs, ri, mode, (uint64_t)off, (uint64_t)len, fh_privileged(fi));
 	if (ri)
 		rr_iunpin(rfs, ri);
 	fuse_reply_err(req, -ret);

@@ -149,6 +149,8 @@ struct rr_fs {
 	uint64_t overhead;	/* blocks of static metadata, left out of statfs f_blocks */
 	char *utab;		/* mount point with a utab entry of ours (src/utab.c), or NULL */
 	int wbcache;		/* the kernel's writeback cache is on (set at INIT) */
+	int killpriv_v2;	/* rrfuse drops set-id bits itself (set at INIT: src/channel.c) */
+	const _Atomic uint64_t *requests;	/* [RRCTL_NREQ] by opcode (src/channel.c), or NULL */
 	int closed;		/* rr_fs_close ran at DESTROY; its result: */
 	int close_ret;
 

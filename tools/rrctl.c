@@ -18,6 +18,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/fuse.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,6 +186,42 @@ static int groups(int fd)
 	return ret;
 }
 
+/* The FUSE opcodes (linux/fuse.h) that requests: names. */
+static const char *const req_names[RRCTL_NREQ] = {
+	[FUSE_LOOKUP] = "lookup", [FUSE_FORGET] = "forget", [FUSE_GETATTR] = "getattr",
+	[FUSE_SETATTR] = "setattr", [FUSE_READLINK] = "readlink", [FUSE_SYMLINK] = "symlink",
+	[FUSE_MKNOD] = "mknod", [FUSE_MKDIR] = "mkdir", [FUSE_UNLINK] = "unlink", [FUSE_RMDIR] = "rmdir",
+	[FUSE_RENAME] = "rename", [FUSE_LINK] = "link", [FUSE_OPEN] = "open", [FUSE_READ] = "read",
+	[FUSE_WRITE] = "write", [FUSE_STATFS] = "statfs", [FUSE_RELEASE] = "release",
+	[FUSE_FSYNC] = "fsync", [FUSE_SETXATTR] = "setxattr", [FUSE_GETXATTR] = "getxattr",
+	[FUSE_LISTXATTR] = "listxattr", [FUSE_REMOVEXATTR] = "removexattr", [FUSE_FLUSH] = "flush",
+	[FUSE_INIT] = "init", [FUSE_OPENDIR] = "opendir", [FUSE_READDIR] = "readdir",
+	[FUSE_RELEASEDIR] = "releasedir", [FUSE_FSYNCDIR] = "fsyncdir", [FUSE_GETLK] = "getlk",
+	[FUSE_SETLK] = "setlk", [FUSE_SETLKW] = "setlkw", [FUSE_ACCESS] = "access",
+	[FUSE_CREATE] = "create", [FUSE_INTERRUPT] = "interrupt", [FUSE_BMAP] = "bmap",
+	[FUSE_DESTROY] = "destroy", [FUSE_IOCTL] = "ioctl", [FUSE_POLL] = "poll",
+	[FUSE_NOTIFY_REPLY] = "notify_reply", [FUSE_BATCH_FORGET] = "batch_forget",
+	[FUSE_FALLOCATE] = "fallocate", [FUSE_READDIRPLUS] = "readdirplus", [FUSE_RENAME2] = "rename2",
+	[FUSE_LSEEK] = "lseek", [FUSE_COPY_FILE_RANGE] = "copy_file_range", [FUSE_SYNCFS] = "syncfs",
+	[FUSE_TMPFILE] = "tmpfile", [RRCTL_NREQ - 1] = "other",
+};
+
+/* "requests:" and the count of each opcode seen, in opcode order. */
+static void print_requests(const struct rrctl_stats *s)
+{
+	unsigned long long total = 0;
+	size_t i;
+
+	for (i = 0; i < RRCTL_NREQ; i++)
+		total += s->requests[i];
+	printf("requests: %llu", total);
+	for (i = 0; i < RRCTL_NREQ; i++)
+		if (s->requests[i])
+			printf(", %s %llu", req_names[i] ? req_names[i] : "other",
+			       (unsigned long long)s->requests[i]);
+	printf("\n");
+}
+
 static int stats(int fd)
 {
 	struct rrctl_stats s;
@@ -206,6 +243,7 @@ static int stats(int fd)
 	       (unsigned long long)s.io_meta_blocks,
 	       (unsigned long long)s.io_data_reads, (unsigned long long)s.io_data_writes,
 	       (unsigned long long)s.io_flushes);
+	print_requests(&s);
 	return 0;
 }
 

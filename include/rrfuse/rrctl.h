@@ -77,6 +77,9 @@ struct rrctl_groups {
 #define RRCTL_NCR	5
 
 /* RRCTL_STATS: the allocator's counters (kernel: ext4_seq_mb_stats_show). */
+/* Opcodes counted one by one: every FUSE opcode below CUSE_INIT is smaller. */
+#define RRCTL_NREQ 64
+
 struct rrctl_stats {
 	uint32_t version;
 	uint32_t enabled;		/* out: mb_stats */
@@ -95,6 +98,8 @@ struct rrctl_stats {
 	/* The device (src/io/dev.c): calls that moved bytes, metadata and file data apart. */
 	uint64_t io_meta_reads, io_meta_writes, io_data_reads, io_data_writes, io_flushes;
 	uint64_t io_meta_blocks;	/* bytes of metadata written, in blocks */
+	/* FUSE requests read since the mount, by opcode (linux/fuse.h); the last counts the rest. */
+	uint64_t requests[RRCTL_NREQ];
 };
 
 /*

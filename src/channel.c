@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The FUSE channel between libfuse and /dev/fuse.  libfuse 3.14 reads every
+ * request and writes every reply through these two functions
+ * (fuse_session_custom_io), and rrfuse uses that for what libfuse 3.14
+ * cannot do itself:
+ *
+ * - Ask for FUSE_HANDLE_KILLPRIV_V2 (protocol 7.33; libfuse learnt it in
+ *   3.16).  Without it the kernel never sets SB_NOSEC on a FUSE superblock,
+ *   so every write(2) and truncate first asks for security.capability: a
+ *   synchronous round trip per write() of a small file.  With it the kernel
+ *   remembers per inode that there is nothing to drop (S_NOSEC), and leaves
+ *   dropping the set-id bits to the server.  The INIT reply gets the flag
+ *   when the INIT request offered it.
+ * - Pass the kernel's "drop the set-id bits" marks to the handlers: libfuse
+ *   3.14 drops them when it decodes WRITE and SETATTR.  (OPEN's mark comes
+ *   only with O_TRUNC, which rrfuse has the kernel send as a SETATTR: no
+ *   FUSE_CAP_ATOMIC_O_TRUNC.)  The
+ *   mark is kept for the thread that read the request, which is the thread
+ *   that handles it (libfuse's session loops read and process a request in
+ *   one thread).  This is why rrfuse never asks for splice reads: a spliced
+ *   request's header would not pass through read() here (rr_init).
+ */
+#include "channel.h"
+#include "ops.h"
+#include "rrfs.h"
+#include "rrfuse/rrctl.h"
+
+#include <linux/fuse.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+static struct {
+	struct rr_fs *rfs;
+	/* The INIT request's id while its reply is due and may ask for KILLPRIV_V2; 0 otherwise. */
+	_Atomic uint64_t init_unique;
+	_Atomic uint64_t requests[RRCTL_NREQ];	/* by opcode, for rrctl -s */
+} chan;
+
+/* The current request's mark; see chan_req_kills_suidgid. */
+static __thread int chan_kill;
+
+int chan_req_kills_suidgid(void)
+{
+	return chan_kill;
+}
+
+/* The fixed part of the request after its header, if the request is that long. */
+static const void *request_arg(const void *buf, ssize_t len, size_t argsize)
+{
+	if ((size_t)len < sizeof(struct fuse_in_header) + argsize)
+		return NULL;
+	return (const char *)buf + sizeof(struct fuse_in_header);
+}
+
+/* What this request asks of rrfuse that libfuse does not pass on. */
+static void note_request(const void *buf, ssize_t len)
+{
+	const struct fuse_in_header *h = buf;
+	const struct fuse_write_in *w;
+	const struct fuse_setattr_in *sa;
+	const struct fuse_init_in *init;
+
+	chan_kill = 0;
+	if ((size_t)len < sizeof(*h))
+		return;
+	atomic_fetch_add_explicit(&chan.requests[h->opcode < RRCTL_NREQ ? h->opcode : RRCTL_NREQ - 1], 1,
+				  memory_order_relaxed);
+	switch (h->opcode) {
+	case FUSE_WRITE:
+		if ((w = request_arg(buf, len, sizeof(*w))))
+			chan_kill = !!(w->write_flags & FUSE_WRITE_KILL_SUIDGID);
+		break;
+	case FUSE_SETATTR:
+		if ((sa = request_arg(buf, len, sizeof(*sa))))
+			chan_kill = !!(sa->valid & FATTR_KILL_SUIDGID);
+		break;
+	case FUSE_INIT:
+		init = request_arg(buf, len, offsetof(struct fuse_init_in, flags) + sizeof(init->flags));
+		if (init && init->major == FUSE_KERNEL_VERSION && (init->flags & FUSE_HANDLE_KILLPRIV_V2))
+			atomic_store(&chan.init_unique, h->unique);
+		break;
+	}
+}
+
+static ssize_t chan_read(int fd, void *buf, size_t len, void *userdata)
+{
+	ssize_t n = read(fd, buf, len);
+
+	(void)userdata;
+	if (n > 0)
+		note_request(buf, n);
+	return n;
+}
+
+/* The INIT reply, if this is it: it asks for KILLPRIV_V2 too. */
+static void amend_init_reply(struct iovec *iov, int count)
+{
+	uint64_t unique = atomic_load(&chan.init_unique);
+	const struct fuse_out_header *h = iov[0].iov_base;
+	struct fuse_init_out *out;
+
+	if (!unique || count < 2 || iov[0].iov_len != sizeof(*h) || h->unique != unique)
+		return;
+	atomic_store(&chan.init_unique, 0);
+	if (h->error || iov[1].iov_len < offsetof(struct fuse_init_out, flags) + sizeof(out->flags))
+		return;
+	out = iov[1].iov_base;
+	out->flags |= FUSE_HANDLE_KILLPRIV_V2;
+	chan.rfs->killpriv_v2 = 1;
+}
+
+static ssize_t chan_writev(int fd, struct iovec *iov, int count, void *userdata)
+{
+	(void)userdata;
+	amend_init_reply(iov, count);
+	return writev(fd, iov, count);
+}
+
+int chan_attach(struct fuse_session *se, struct rr_fs *rfs)
+{
+	static const struct fuse_custom_io io = { .read = chan_read, .writev = chan_writev };
+
+	chan.rfs = rfs;
+	rfs->requests = chan.requests;
+	return fuse_session_custom_io(se, &io, fuse_session_fd(se));
+}
