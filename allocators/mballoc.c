@@ -249,9 +249,21 @@ int mb_list_next(struct rr_alloc *a, int list, uint32_t g)
 
 /* ---- groups ---- */
 
+/* A map of a group's blocks, a bit each, with a word to spare past its end. */
+static size_t map_size(const struct rr_alloc *a)
+{
+	return (a->bpg + 7) / 8 + 8;
+}
+
 static uint8_t *map_alloc(const struct rr_alloc *a)
 {
-	return calloc(1, (a->bpg + 7) / 8 + 8);
+	return calloc(1, map_size(a));
+}
+
+/* A loaded group's frozen map (mb_group.pmap); NULL before the group loads. */
+static uint8_t *group_fmap(const struct rr_alloc *a, const struct mb_group *grp)
+{
+	return grp->pmap ? grp->pmap + map_size(a) : NULL;
 }
 
 static void map_set_range(uint8_t *map, uint32_t start, uint32_t len)
@@ -265,7 +277,7 @@ static void map_set_range(uint8_t *map, uint32_t start, uint32_t len)
 /* Mark in map (group g's, 1 = used) the frozen blocks of g.  Group lock held. */
 static void map_frozen(struct rr_alloc *a, uint32_t g, uint8_t *map)
 {
-	const uint8_t *f = a->groups[g].fmap;
+	const uint8_t *f = group_fmap(a, &a->groups[g]);
 	uint32_t i, n = (a->bpg + 7) / 8;
 
 	for (i = 0; f && i < n; i++)
@@ -299,7 +311,7 @@ static int group_load_locked(struct rr_alloc *a, uint32_t g)
 		free(b);
 		return -ENOMEM;
 	}
-	grp->pmap = map_alloc(a);
+	grp->pmap = calloc(2, map_size(a));
 	if (MB_T(a, mb_stats))
 		clock_gettime(CLOCK_MONOTONIC, &t0);
 	map = group_bitmap(a, g);
@@ -1607,6 +1619,7 @@ static int take_frozen(struct rr_alloc *a, const struct rr_alloc_req *req, struc
 {
 	struct mb_frozen *sets[2] = { &a->frozen, &a->committing };
 	struct mb_group *grp;
+	uint8_t *fmap;
 	int k, taken;
 
 	for (k = 0; k < 2; k++) {
@@ -1621,9 +1634,10 @@ static int take_frozen(struct rr_alloc *a, const struct rr_alloc_req *req, struc
 			atomic_fetch_sub(&f->blocks, 1);
 			grp = &a->groups[group_of(a, blk)];
 			pthread_mutex_lock(&grp->lock);
-			taken = grp->fmap && mb_bit_test(grp->fmap, blk - group_first(a, group_of(a, blk)));
+			fmap = group_fmap(a, grp);
+			taken = fmap && mb_bit_test(fmap, blk - group_first(a, group_of(a, blk)));
 			if (taken)
-				mb_bit_clear(grp->fmap, blk - group_first(a, group_of(a, blk)));
+				mb_bit_clear(fmap, blk - group_first(a, group_of(a, blk)));
 			pthread_mutex_unlock(&grp->lock);
 			/* Taken on disk since (libext2fs marked it): not this one. */
 			if (!taken || ext2fs_test_block_bitmap2(a->fs->block_map, blk))
@@ -1743,13 +1757,13 @@ static void free_freed(struct rr_alloc *a, uint32_t g, uint64_t blk, uint32_t n)
 	struct mb_group *grp = &a->groups[g];
 	uint32_t off = (uint32_t)(blk - group_first(a, g)), i, run = 0, twice = 0;
 	int freeze = !!a->commit;
+	uint8_t *fmap;
 
 	pthread_mutex_lock(&grp->lock);
 	/* A group frozen blocks lie in is loaded: its frozen map lives beside the buddy. */
 	if (freeze && !grp->buddy && group_load_locked(a, g))
 		freeze = 0;
-	if (freeze && !grp->fmap && !(grp->fmap = map_alloc(a)))
-		freeze = 0;
+	fmap = group_fmap(a, grp);
 	if (!grp->buddy) {
 		atomic_store(&grp->free, ext2fs_bg_free_blocks_count(a->fs, g));
 		if (MB_T(a, discard))
@@ -1760,7 +1774,7 @@ static void free_freed(struct rr_alloc *a, uint32_t g, uint64_t blk, uint32_t n)
 	for (i = 0; i <= n; i++) {
 		int freed = i < n && !ext2fs_test_block_bitmap2(a->fs->block_map, blk + i) &&
 			    !mb_bit_test(grp->pmap, off + i) && mb_buddy_test(grp->buddy, off + i) &&
-			    !(grp->fmap && mb_bit_test(grp->fmap, off + i));
+			    !mb_bit_test(fmap, off + i);
 
 		if (freed) {
 			run++;
@@ -1768,7 +1782,7 @@ static void free_freed(struct rr_alloc *a, uint32_t g, uint64_t blk, uint32_t n)
 		}
 		twice += i < n;
 		if (run && freeze) {
-			map_set_range(grp->fmap, off + i - run, run);
+			map_set_range(fmap, off + i - run, run);
 			frozen_add(&a->frozen, blk + i - run, run);
 		} else if (run) {
 			if (MB_T(a, discard))
@@ -1795,13 +1809,14 @@ static void thaw(struct rr_alloc *a, uint32_t g, uint64_t blk, uint32_t n)
 {
 	struct mb_group *grp = &a->groups[g];
 	uint32_t off = (uint32_t)(blk - group_first(a, g)), i, run = 0;
+	uint8_t *fmap = group_fmap(a, grp);
 
 	pthread_mutex_lock(&grp->lock);
-	for (i = 0; grp->fmap && i <= n; i++) {
+	for (i = 0; fmap && i <= n; i++) {
 		int freed = 0;
 
-		if (i < n && mb_bit_test(grp->fmap, off + i)) {
-			mb_bit_clear(grp->fmap, off + i);
+		if (i < n && mb_bit_test(fmap, off + i)) {
+			mb_bit_clear(fmap, off + i);
 			freed = !ext2fs_test_block_bitmap2(a->fs->block_map, blk + i);
 		}
 		if (freed) {
@@ -2243,7 +2258,6 @@ void rr_alloc_detach(struct rr_alloc *a)
 			free(a->groups[g].buddy);
 		}
 		free(a->groups[g].pmap);
-		free(a->groups[g].fmap);
 		pthread_mutex_destroy(&a->groups[g].lock);
 	}
 	for (l = 0; l < MB_NLISTS; l++)

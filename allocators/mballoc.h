@@ -99,15 +99,14 @@ struct mb_group {
 	struct mb_buddy *_Atomic buddy;	/* NULL until first use (lazy load) */
 	/*
 	 * Blocks taken without the fs lock and not yet in libext2fs's bitmap
-	 * (1 = pending), applied by rr_alloc_sync.  Allocated with the buddy.
+	 * (1 = pending), applied by rr_alloc_sync.  Allocated with the buddy,
+	 * and followed in the same allocation by the frozen map (group_fmap):
+	 * blocks freed and waiting for their commit (1 = frozen: free in the
+	 * bitmap, used in the buddy), in a->frozen or a->committing; fs lock
+	 * and this lock.  One pointer for both: on 16 TiB a second one in
+	 * every group was 1 MiB.
 	 */
 	uint8_t *pmap;
-	/*
-	 * Blocks freed and waiting for their commit (1 = frozen: free in the
-	 * bitmap, used in the buddy), in a->frozen or a->committing; fs lock
-	 * and this lock.  Allocated at the first one.
-	 */
-	uint8_t *fmap;
 	uint32_t npending;
 	uint32_t pfirst, plast;		/* pending bits lie in [pfirst, plast) (when npending) */
 	int queued;			/* on the pending stack (a->pending_head) */

@@ -19,28 +19,75 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Slots of a new table (a power of two); it doubles when half full. */
+#define SUMS_SLOTS_MIN 1024
+
 static errcode_t sums_init(ext2_filsys fs, struct rr_bitmaps *bm)
 {
 	if (!bm)
 		return 0;
 	bm->ngroups = fs->group_desc_count;
-	bm->sum = calloc((size_t)bm->ngroups * 2, sizeof(*bm->sum));
-	return bm->sum ? 0 : EXT2_ET_NO_MEMORY;
+	bm->n = 0;
+	bm->nslots = SUMS_SLOTS_MIN;
+	bm->slot = calloc(bm->nslots, sizeof(*bm->slot));
+	return bm->slot ? 0 : EXT2_ET_NO_MEMORY;
 }
 
 void rr_bitmaps_free(struct rr_bitmaps *bm)
 {
 	if (!bm)
 		return;
-	free(bm->sum);
-	bm->sum = NULL;
+	free(bm->slot);
+	bm->slot = NULL;
+	bm->nslots = bm->n = 0;
 	bm->ngroups = 0;
 }
 
-static void sum_set(struct rr_bitmaps *bm, dgrp_t g, int inode, const void *buf, unsigned int len)
+static struct rr_bitmap_sum *sum_slot(struct rr_bitmap_sum *slot, size_t nslots, uint64_t key)
 {
-	if (bm && bm->sum && g < bm->ngroups)
-		bm->sum[2 * (size_t)g + (unsigned int)inode] = io_block_sum(buf, len);
+	size_t i = (size_t)((key * 0x9E3779B97F4A7C15ULL) >> 17) & (nslots - 1);
+
+	while (slot[i].key1 && slot[i].key1 != key + 1)
+		i = (i + 1) & (nslots - 1);
+	return &slot[i];
+}
+
+/* Group g's bitmap's sum, or 0 for not known (a write then follows). */
+static uint64_t sum_get(const struct rr_bitmaps *bm, dgrp_t g, int inode)
+{
+	struct rr_bitmap_sum *e = sum_slot(bm->slot, bm->nslots, 2 * (uint64_t)g + (unsigned int)inode);
+
+	return e->key1 ? e->sum : 0;
+}
+
+/* Out of memory to grow, it is not kept: the next commit writes the bitmap again. */
+static void sum_put(struct rr_bitmaps *bm, dgrp_t g, int inode, uint64_t sum)
+{
+	uint64_t key = 2 * (uint64_t)g + (unsigned int)inode;
+	struct rr_bitmap_sum *e;
+
+	if (!bm || !bm->slot || g >= bm->ngroups)
+		return;
+	e = sum_slot(bm->slot, bm->nslots, key);
+	if (!e->key1 && 2 * (bm->n + 1) > bm->nslots) {
+		size_t i, n = bm->nslots * 2;
+		struct rr_bitmap_sum *t = calloc(n, sizeof(*t));
+
+		if (!t)
+			return;
+		for (i = 0; i < bm->nslots; i++)
+			if (bm->slot[i].key1)
+				*sum_slot(t, n, bm->slot[i].key1 - 1) = bm->slot[i];
+		free(bm->slot);
+		bm->slot = t;
+		bm->nslots = n;
+		e = sum_slot(t, n, key);
+	}
+	if (!e->key1) {
+		e->key1 = key + 1;
+		bm->n++;
+	}
+	e->sum = sum;
 }
 
 /* The group's block (or inode) bitmap block rr_bitmaps_read reads, or 0 for none. */
@@ -129,7 +176,7 @@ errcode_t rr_bitmaps_read(ext2_filsys fs, struct rr_bitmaps *bm)
 								     bnbytes * 8, buf);
 			if (err)
 				break;
-			sum_set(bm, g, 0, buf, fs->blocksize);
+			sum_put(bm, g, 0, io_block_sum(buf, fs->blocksize));
 		}
 		b = bitmap_to_read(fs, g, 1);
 		if (b) {
@@ -143,7 +190,7 @@ errcode_t rr_bitmaps_read(ext2_filsys fs, struct rr_bitmaps *bm)
 								     (uint64_t)g * EXT2_INODES_PER_GROUP(fs->super) + 1,
 								     inbytes * 8, buf);
 			if (!err)
-				sum_set(bm, g, 1, buf, fs->blocksize);
+				sum_put(bm, g, 1, io_block_sum(buf, fs->blocksize));
 		}
 	}
 	/* As ext2fs_read_bitmaps: an uninitialised group's own metadata is in use. */
@@ -220,7 +267,7 @@ errcode_t rr_bitmaps_write(ext2_filsys fs, struct rr_bitmaps *bm)
 	errcode_t err = 0;
 	dgrp_t g;
 
-	if (!bm || !bm->sum || bm->ngroups != fs->group_desc_count || !(fs->flags & EXT2_FLAG_RW))
+	if (!bm || !bm->slot || bm->ngroups != fs->group_desc_count || !(fs->flags & EXT2_FLAG_RW))
 		return 0;
 	dirty[0] = fs->block_map && ext2fs_test_bb_dirty(fs);
 	dirty[1] = fs->inode_map && ext2fs_test_ib_dirty(fs);
@@ -232,7 +279,7 @@ errcode_t rr_bitmaps_write(ext2_filsys fs, struct rr_bitmaps *bm)
 	for (g = 0; !err && g < fs->group_desc_count; g++)
 		for (inode = 0; !err && inode < 2; inode++) {
 			blk64_t blk = inode ? ext2fs_inode_bitmap_loc(fs, g) : ext2fs_block_bitmap_loc(fs, g);
-			uint64_t *sum = &bm->sum[2 * (size_t)g + (unsigned int)inode], now;
+			uint64_t now;
 
 			if (!dirty[inode] ||
 			    (csum && ext2fs_bg_flags_test(fs, g, inode ? EXT2_BG_INODE_UNINIT
@@ -245,7 +292,7 @@ errcode_t rr_bitmaps_write(ext2_filsys fs, struct rr_bitmaps *bm)
 			ext2fs_group_desc_csum_set(fs, g);
 			fs->flags |= EXT2_FLAG_DIRTY;
 			now = io_block_sum(buf, fs->blocksize);
-			if (now == *sum)
+			if (now == sum_get(bm, g, inode))
 				continue;
 			err = inode ? ext2fs_inode_bitmap_csum_set(fs, g, (char *)buf, nbytes)
 				    : ext2fs_block_bitmap_csum_set(fs, g, (char *)buf, nbytes);
@@ -255,7 +302,7 @@ errcode_t rr_bitmaps_write(ext2_filsys fs, struct rr_bitmaps *bm)
 			if (blk && blk < ext2fs_blocks_count(fs->super))
 				err = io_channel_write_blk64(fs->io, blk, 1, buf);
 			if (!err)
-				*sum = now;
+				sum_put(bm, g, inode, now);
 		}
 	ext2fs_free_mem(&buf);
 	/* A failure leaves the maps dirty: libext2fs's writer tries every group. */

@@ -259,21 +259,28 @@ static errcode_t writeback(struct cache *c)
 	struct cache_ent **v, *e;
 	unsigned char *run = NULL;
 	errcode_t err = 0;
-	size_t i, k = 0, start;
+	size_t i, k = 0, start, longest = 1;
 
 	if (!c->ndirty)
 		return 0;
 	v = malloc(c->ndirty * sizeof(*v));
-	run = malloc((size_t)CACHE_RUN_MAX * c->bsize);
-	if (!v || !run) {
-		free(v);
-		free(run);
+	if (!v)
 		return EXT2_ET_NO_MEMORY;
-	}
 	for (e = c->lru.next; e != &c->lru; e = e->next)
 		if (e->dirty)
 			v[k++] = e;
 	qsort(v, k, sizeof(*v), by_block);
+	for (start = 0; start < k; start = i) {
+		for (i = start + 1; i < k && i - start < CACHE_RUN_MAX && v[i]->blk == v[i - 1]->blk + 1; i++)
+			;
+		if (i - start > longest)
+			longest = i - start;
+	}
+	/* Sized to the longest run: the most a commit usually writes is a few blocks. */
+	if (longest > 1 && !(run = malloc(longest * c->bsize))) {
+		free(v);
+		return EXT2_ET_NO_MEMORY;
+	}
 	for (start = 0; start < k && !err; start = i) {
 		for (i = start + 1; i < k && i - start < CACHE_RUN_MAX && v[i]->blk == v[i - 1]->blk + 1; i++)
 			;
