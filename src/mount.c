@@ -162,8 +162,6 @@ static int recover_journal(const char *device, int ro, int devro, int norecovery
 		*unreplayed = 1;
 		return 0;
 	}
-	if (ro)
-		rr_log(LOG_INFO, "%s: recovery required on readonly filesystem", device);
 	if (!devro && !((*fs)->flags & EXT2_FLAG_RW)) {
 		ext2fs_close_free(fs);
 		err = open_image(device, 1, &dro, fs);
@@ -175,6 +173,8 @@ static int recover_journal(const char *device, int ro, int devro, int norecovery
 			 "(mount with -o ro,norecovery)", device);
 		return -EROFS;
 	}
+	if (ro)
+		rr_log(LOG_INFO, "%s: recovery required on readonly filesystem: write access enabled for it", device);
 	ret = mmp_begin(*fs, device, msg, msglen);
 	if (!ret)
 		ret = jr_recover(*fs, msg, msglen);

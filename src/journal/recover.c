@@ -39,6 +39,7 @@ struct jr {
 	unsigned char *data;		/* a logged block */
 	uint64_t fs_blocks;
 	uint32_t crc;			/* JF_COMPAT_CHECKSUM: crc32 of the transaction so far */
+	uint64_t span;			/* log blocks since the last commit block */
 	uint32_t start_seq, end_seq;	/* transactions [start_seq, end_seq) are replayed */
 	int end_known;
 	int failed_commit;		/* end_seq's commit block is corrupt (not async_commit) */
@@ -62,6 +63,7 @@ static int each_tag(struct jr *r, const unsigned char *desc, uint32_t *blk, uint
 		const unsigned char *tag = desc + off;
 		unsigned int flags = jf_tag_flags(tag, r->j.incompat);
 
+		r->span++;
 		if (fn) {
 			ret = fn(r, tag, *blk, seq);
 			if (ret)
@@ -217,9 +219,15 @@ static int walk(struct jr *r, enum jr_pass pass)
 	int suspect = 0, ret;
 
 	r->crc = ~0U;
+	r->span = 0;
 	for (;;) {
 		if (pass != JR_SCAN && !jrv_tid_after(r->end_seq, seq))
 			break;
+		/* Descriptors of one sequence all around the ring, and no commit: it would never end. */
+		if (++r->span > j->last - j->first) {
+			snprintf(r->msg, r->msglen, "corrupt journal: transaction %u is longer than the log", seq);
+			return -EUCLEAN;
+		}
 		if (jnl_read(j, blk, r->buf)) {
 			snprintf(r->msg, r->msglen, "cannot read journal block %u", blk);
 			return -EIO;
@@ -257,6 +265,7 @@ static int walk(struct jr *r, enum jr_pass pass)
 				if (ret == JR_END)
 					goto end;
 			}
+			r->span = 0;
 			seq++;
 			break;
 		case JF_REVOKE_BLOCK:
@@ -373,6 +382,8 @@ static int recover(struct jr *r)
 		ret = walk(r, JR_REVOKE);
 	if (ret)
 		return ret;	/* nothing written */
+	rr_log(LOG_NOTICE, "journal: replaying transactions %u to %u from log block %u", r->start_seq,
+	       r->end_seq - 1, be32toh(r->j.sb->s_start));
 	ret = walk(r, JR_REPLAY);
 	if (ret) {
 		io_channel_flush(r->j.dev);
@@ -420,8 +431,6 @@ int jr_recover(ext2_filsys fs, char *msg, size_t msglen)
 		else
 			rr_log(LOG_INFO, "journal: needs_recovery set on an empty journal: cleared");
 	} else {
-		rr_log(LOG_NOTICE, "journal: recovering from transaction %u at log block %u", r.start_seq,
-		       be32toh(r.j.sb->s_start));
 		ret = recover(&r);
 	}
 	free(r.buf);
