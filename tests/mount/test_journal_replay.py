@@ -538,3 +538,251 @@ def test_needs_recovery_without_journal_refused():
                        capture_output=True, text=True)
     assert r.returncode == 0 and "needs_recovery" in features(image), r.stderr
     refuse(image, ["needs_recovery", "no journal"])
+
+
+# --------------------------------------------- journals the kernel no longer writes
+#
+# The kernel writes csum v3 (or no checksums, or v1 checksums with
+# async_commit), but replays every format.  These journals are written here,
+# byte by byte from journal.rst, over a clean image: the kernel's own replay
+# of a copy is the reference.
+
+JBD2_MAGIC = 0xC03B3998
+J_DESCRIPTOR, J_COMMIT, J_REVOKE = 1, 2, 5
+JF_COMPAT_CHECKSUM = 0x1
+JF_REVOKE, JF_64BIT, JF_CSUM_V2, JF_CSUM_V3 = 0x1, 0x2, 0x8, 0x10
+TAG_ESCAPE, TAG_SAME_UUID, TAG_LAST = 0x1, 0x2, 0x8
+BS = 4096
+
+
+def _crc32_be_table():
+    t = []
+    for i in range(256):
+        c = i << 24
+        for _ in range(8):
+            c = ((c << 1) ^ 0x04C11DB7) if c & 0x80000000 else c << 1
+        t.append(c & 0xFFFFFFFF)
+    return t
+
+
+_CRC32_BE = _crc32_be_table()
+
+
+def crc32_be(data, crc=0xFFFFFFFF):
+    for b in data:
+        crc = ((crc << 8) & 0xFFFFFFFF) ^ _CRC32_BE[((crc >> 24) ^ b) & 0xFF]
+    return crc
+
+
+class JournalWriter:
+    """A jbd2 log over an image's internal journal, in the layout the
+    features give."""
+
+    def __init__(self, image, compat, incompat, start):
+        self.image, self.compat, self.incompat = image, compat, incompat
+        self.sbpos = journal_block(image, 0)
+        with open(image, "rb") as f:
+            f.seek(self.sbpos)
+            self.sb = bytearray(f.read(JSB_SIZE))
+        self.maxlen, self.first = struct.unpack_from(">II", self.sb, 0x10)
+        self.uuid = bytes(self.sb[0x30:0x40])
+        self.csum = bool(incompat & (JF_CSUM_V2 | JF_CSUM_V3))
+        self.seed = crc32c(self.uuid)
+        self.start = self.blk = start
+        self.seq = struct.unpack_from(">I", self.sb, JSB_S_SEQUENCE)[0] + 7
+        self.first_seq = self.seq
+        self.writes = {}                   # journal block -> bytes
+        self.crc = 0xFFFFFFFF
+
+    def tag_size(self):
+        if self.incompat & JF_CSUM_V3:
+            return 16
+        return 12 + (2 if self.incompat & JF_CSUM_V2 else 0) - (0 if self.incompat & JF_64BIT else 4)
+
+    def put(self, block, summed=False):
+        """summed: a descriptor or logged block, in a v1 checksum."""
+        self.writes[self.blk] = block
+        if summed and self.compat & JF_COMPAT_CHECKSUM:
+            self.crc = crc32_be(block, self.crc)
+        self.blk += 1
+        if self.blk >= self.maxlen:
+            self.blk = self.first
+
+    def tail(self, block):
+        if self.csum:
+            struct.pack_into(">I", block, BS - 4, 0)
+            struct.pack_into(">I", block, BS - 4, crc32c(bytes(block), self.seed))
+
+    def transaction(self, blocks, revokes=(), commit_time=None, bad_descriptor=False):
+        """blocks: [(fs block, 4096 bytes)]; revokes: fs blocks."""
+        if revokes:
+            rec = 8 if self.incompat & JF_64BIT else 4
+            r = bytearray(BS)
+            struct.pack_into(">III", r, 0, JBD2_MAGIC, J_REVOKE, self.seq)
+            for i, b in enumerate(revokes):
+                struct.pack_into(">Q" if rec == 8 else ">I", r, 16 + i * rec, b)
+            struct.pack_into(">I", r, 12, 16 + len(revokes) * rec)
+            self.tail(r)
+            self.put(bytes(r))
+        d = bytearray(BS)
+        struct.pack_into(">III", d, 0, JBD2_MAGIC, J_DESCRIPTOR, self.seq)
+        off, logged = 12, []
+        for i, (home, data) in enumerate(blocks):
+            flags = 0 if i == 0 else TAG_SAME_UUID
+            if i == len(blocks) - 1:
+                flags |= TAG_LAST
+            if data[:4] == struct.pack(">I", JBD2_MAGIC):
+                flags |= TAG_ESCAPE
+                data = b"\0\0\0\0" + data[4:]
+            c = crc32c(data, crc32c(struct.pack(">I", self.seq), self.seed))
+            if self.incompat & JF_CSUM_V3:
+                t = struct.pack(">IIII", home & 0xFFFFFFFF, flags, home >> 32, c)
+            else:
+                t = struct.pack(">IHH", home & 0xFFFFFFFF, c & 0xFFFF if self.csum else 0, flags)
+                if self.incompat & JF_64BIT:
+                    t += struct.pack(">I", home >> 32)
+                if self.incompat & JF_CSUM_V2:
+                    t += b"\0\0"
+            assert len(t) == self.tag_size()
+            d[off:off + len(t)] = t
+            off += len(t)
+            if i == 0:
+                d[off:off + 16] = self.uuid
+                off += 16
+            logged.append(data)
+        self.tail(d)
+        if bad_descriptor:
+            d[BS - 4] ^= 0xFF
+        self.put(bytes(d), summed=True)
+        for data in logged:
+            self.put(data, summed=True)
+        c = bytearray(BS)
+        struct.pack_into(">III", c, 0, JBD2_MAGIC, J_COMMIT, self.seq)
+        struct.pack_into(">Q", c, 48, commit_time or 1700000000 + self.seq)
+        if self.compat & JF_COMPAT_CHECKSUM:
+            c[12], c[13] = 1, 4                      # crc32, 4 bytes
+            struct.pack_into(">I", c, 16, self.crc)
+        elif self.csum:
+            struct.pack_into(">I", c, 16, crc32c(bytes(c), self.seed))
+        self.put(bytes(c))
+        self.crc = 0xFFFFFFFF
+        self.seq += 1
+
+    def finish(self, superblock_v1=False):
+        self.put(bytes(BS))                          # the log ends here
+        for jblk, data in self.writes.items():
+            with open(self.image, "r+b") as f:
+                f.seek(journal_block(self.image, jblk))
+                f.write(data)
+        sb = self.sb
+        struct.pack_into(">I", sb, 4, 3 if superblock_v1 else 4)
+        struct.pack_into(">II", sb, JSB_S_SEQUENCE, self.first_seq, self.start)
+        struct.pack_into(">III", sb, 0x24, self.compat, self.incompat, 0)
+        sb[0x50] = 4 if self.csum else 0
+        struct.pack_into(">I", sb, JSB_CHECKSUM, 0)
+        if self.csum:
+            struct.pack_into(">I", sb, JSB_CHECKSUM, crc32c(bytes(sb)))
+        with open(self.image, "r+b") as f:
+            f.seek(self.sbpos)
+            f.write(sb)
+        r = subprocess.run(["debugfs", "-w", "-R", "feature needs_recovery", self.image],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+
+
+def file_blocks(image, name, n):
+    out = subprocess.run(["debugfs", "-f", "-", image], input="".join(
+        "bmap /%s %d\n" % (name, i) for i in range(n)), capture_output=True, text=True).stdout
+    return [int(x) for x in re.findall(r"^(\d+)$", out, re.M)]
+
+
+@pytest.mark.parametrize("mkfs_args,compat,incompat,v1", [
+    (["-O", "^64bit"], 0, JF_REVOKE | JF_CSUM_V2, False),
+    ([], 0, JF_REVOKE | JF_64BIT | JF_CSUM_V2, False),
+    (["-O", "^64bit"], 0, JF_REVOKE | JF_CSUM_V3, False),
+    (["-O", "^64bit,^metadata_csum"], JF_COMPAT_CHECKSUM, JF_REVOKE, False),
+    (["-O", "^64bit,^metadata_csum"], 0, 0, True)],
+    ids=["csum_v2_32bit", "csum_v2_64bit", "csum_v3_32bit", "v1_checksum", "superblock_v1"])
+def test_written_journal_formats(mkfs_args, compat, incompat, v1):
+    """Two transactions, the log wrapping in the first: a block beginning
+    with the journal magic (escaped), a block the second transaction
+    revokes (not replayed), one only the second logs.  rrfuse must leave
+    the file as the kernel's replay does."""
+    image = make_image(size="64M", mkfs_args=mkfs_args)
+    src = os.path.join(os.path.dirname(image), "src.bin")
+    with open(src, "wb") as f:
+        f.write(b"A" * (4 * BS))
+    r = subprocess.run(["debugfs", "-w", "-R", "write %s f" % src, image], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    blocks = file_blocks(image, "f", 4)
+    assert len(blocks) == 4, blocks
+    jw = JournalWriter(image, compat, incompat, start=0)
+    jw.start = jw.blk = jw.maxlen - 3               # the first transaction wraps
+    magic = struct.pack(">I", JBD2_MAGIC)
+    jw.transaction([(blocks[0], magic + b"X" * (BS - 4)), (blocks[1], b"Y" * BS),
+                    (blocks[2], b"Z" * BS)])
+    jw.transaction([(blocks[3], b"W" * BS)], revokes=[blocks[2]] if incompat & JF_REVOKE else [])
+    jw.finish(superblock_v1=v1)
+    want = magic + b"X" * (BS - 4) + b"Y" * BS + (b"A" if incompat & JF_REVOKE else b"Z") * BS + b"W" * BS
+
+    k = copy(image, "k.img")
+    m = Mount(image)
+    m.mount()
+    try:
+        snap = snapshot(m.mnt)
+        with open(m.path("f"), "rb") as f:
+            got = f.read()
+        m.unmount()
+    finally:
+        m.cleanup()
+    assert got == want
+    n, first, last, written, hits, records = replayed(m.daemon_log)
+    revoked = 1 if incompat & JF_REVOKE else 0
+    assert (n, written, hits, records) == (2, 4 - revoked, revoked, revoked)
+    rc, out = fsck(image)
+    assert rc == 0, out
+    kernel_replay_check(k, snap)
+
+
+@pytest.mark.parametrize("stale", [False, True], ids=["newer_commit", "older_commit"])
+def test_descriptor_checksum_failure(stale):
+    """A descriptor failing its checksum in the second transaction: with a
+    commit newer than the first's it is corruption (refused, nothing
+    written, as the kernel refuses it); with an older one it is a stale
+    block from an earlier use of the log, where the log ends (the first
+    transaction is replayed)."""
+    image = make_image(size="64M")
+    src = os.path.join(os.path.dirname(image), "src.bin")
+    with open(src, "wb") as f:
+        f.write(b"A" * (2 * BS))
+    r = subprocess.run(["debugfs", "-w", "-R", "write %s f" % src, image], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    blocks = file_blocks(image, "f", 2)
+    jw = JournalWriter(image, 0, JF_REVOKE | JF_64BIT | JF_CSUM_V3, start=0)
+    jw.start = jw.blk = jw.first
+    jw.transaction([(blocks[0], b"X" * BS)])
+    jw.transaction([(blocks[1], b"Y" * BS)], bad_descriptor=True,
+                   commit_time=1600000000 if stale else None)
+    jw.finish()
+    k = copy(image, "k.img")
+    kmnt = os.path.join(os.path.dirname(image), "kmnt")
+    os.makedirs(kmnt, exist_ok=True)
+    kr = subprocess.run(["mount", "-t", "ext4", "-o", "loop", k, kmnt], capture_output=True, text=True)
+    if kr.returncode == 0:
+        subprocess.run(["umount", kmnt], check=True)
+    if not stale:
+        assert kr.returncode != 0, "the kernel mounted it"
+        refuse(image, ["corrupt journal", "bad checksum"])
+        return
+    assert kr.returncode == 0, kr.stdout + kr.stderr
+    m = Mount(image)
+    m.mount()
+    try:
+        with open(m.path("f"), "rb") as f:
+            assert f.read() == b"X" * BS + b"A" * BS
+        m.unmount()
+    finally:
+        m.cleanup()
+    assert replayed(m.daemon_log)[:4] == [1, jw.first_seq, jw.first_seq, 1]
+    rc, out = fsck(image)
+    assert rc == 0, out
