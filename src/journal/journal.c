@@ -19,31 +19,60 @@
 
 struct map_walk {
 	struct jnl *j;
-	blk64_t nblocks;	/* map entries */
+	blk64_t nblocks;	/* the journal's blocks, by its size */
 	blk64_t bad;		/* a block outside the filesystem, or 0 */
+	size_t cap;
+	int nomem;
 };
 
+/* Runs of the journal's blocks, contiguous on disk: a journal has a handful, so its map is small. */
 static int map_one(ext2_filsys fs, blk64_t *blocknr, e2_blkcnt_t blockcnt, blk64_t ref_blk,
 		   int ref_offset, void *priv)
 {
 	struct map_walk *w = priv;
+	struct jnl *j = w->j;
+	struct jnl_run *last = j->nruns ? &j->runs[j->nruns - 1] : NULL;
 
 	(void)ref_blk, (void)ref_offset;
-	if (blockcnt < 0 || (blk64_t)blockcnt >= w->nblocks)
-		return 0;	/* past i_size: not the journal's */
+	if (blockcnt < 0)
+		return 0;
+	if ((blk64_t)blockcnt >= w->nblocks)
+		return BLOCK_ABORT;	/* past i_size: not the journal's */
 	if (*blocknr < fs->super->s_first_data_block || *blocknr >= ext2fs_blocks_count(fs->super)) {
 		w->bad = *blocknr;
 		return BLOCK_ABORT;
 	}
-	w->j->map[blockcnt] = *blocknr;
+	if (last && last->logical + last->len == (blk64_t)blockcnt && last->physical + last->len == *blocknr) {
+		last->len++;
+		return 0;
+	}
+	if (j->nruns == w->cap) {
+		size_t cap = w->cap ? w->cap * 2 : 16;
+		struct jnl_run *r = realloc(j->runs, cap * sizeof(*r));
+
+		if (!r) {
+			w->nomem = 1;
+			return BLOCK_ABORT;
+		}
+		j->runs = r;
+		w->cap = cap;
+	}
+	j->runs[j->nruns++] = (struct jnl_run){ (blk64_t)blockcnt, *blocknr, 1 };
 	return 0;
 }
 
-static int blk_cmp(const void *a, const void *b)
+static int run_by_logical(const void *a, const void *b)
 {
-	blk64_t x = *(const blk64_t *)a, y = *(const blk64_t *)b;
+	const struct jnl_run *x = a, *y = b;
 
-	return x < y ? -1 : x > y;
+	return x->logical < y->logical ? -1 : x->logical > y->logical;
+}
+
+static int run_by_physical(const void *a, const void *b)
+{
+	const struct jnl_run *x = a, *y = b;
+
+	return x->physical < y->physical ? -1 : x->physical > y->physical;
 }
 
 /* The journal inode, as the kernel accepts one: a regular file with links, and its block map. */
@@ -69,16 +98,15 @@ static int map_inode(struct jnl *j, blk64_t *nblocks, char *msg, size_t msglen)
 		return -EUCLEAN;
 	}
 	w.nblocks = EXT2_I_SIZE(&inode) / j->bsize;
-	if (w.nblocks < 2 || w.nblocks > UINT32_MAX) {
+	if (w.nblocks < 2 || w.nblocks > UINT32_MAX || w.nblocks > ext2fs_blocks_count(fs->super)) {
 		snprintf(msg, msglen, "journal inode %u has an impossible size (%llu bytes)", ino,
 			 (unsigned long long)EXT2_I_SIZE(&inode));
 		return -EUCLEAN;
 	}
-	j->map = calloc(w.nblocks, sizeof(*j->map));
-	if (!j->map)
-		return -ENOMEM;
 	err = ext2fs_block_iterate3(fs, ino, BLOCK_FLAG_READ_ONLY | BLOCK_FLAG_DATA_ONLY, NULL,
 				    map_one, &w);
+	if (w.nomem)
+		return -ENOMEM;
 	if (w.bad) {
 		snprintf(msg, msglen, "journal inode %u maps block %llu, outside the filesystem", ino,
 			 (unsigned long long)w.bad);
@@ -88,7 +116,27 @@ static int map_inode(struct jnl *j, blk64_t *nblocks, char *msg, size_t msglen)
 		snprintf(msg, msglen, "cannot map journal inode %u: %s", ino, error_message(err));
 		return -EUCLEAN;
 	}
+	qsort(j->runs, j->nruns, sizeof(*j->runs), run_by_logical);
 	*nblocks = w.nblocks;
+	return 0;
+}
+
+/* The filesystem block of journal block blk, or 0 (a hole: 0 is never one of the journal's). */
+static blk64_t map_block(const struct jnl *j, uint32_t blk)
+{
+	size_t lo = 0, hi = j->nruns;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const struct jnl_run *r = &j->runs[mid];
+
+		if (blk < r->logical)
+			hi = mid;
+		else if (blk >= r->logical + r->len)
+			lo = mid + 1;
+		else
+			return r->physical + (blk - r->logical);
+	}
 	return 0;
 }
 
@@ -137,7 +185,9 @@ static int check_features(struct jnl *j, char *msg, size_t msglen)
 static int check_geometry(struct jnl *j, blk64_t nblocks, char *msg, size_t msglen)
 {
 	const struct jf_superblock *sb = j->sb;
-	uint32_t start = be32toh(sb->s_start), fc = 0, b;
+	uint32_t start = be32toh(sb->s_start), fc = 0;
+	uint64_t b;
+	size_t i;
 
 	if (be32toh(sb->s_blocksize) != j->bsize) {
 		snprintf(msg, msglen, "corrupt journal superblock: block size %u, the filesystem's is %u",
@@ -167,11 +217,16 @@ static int check_geometry(struct jnl *j, blk64_t nblocks, char *msg, size_t msgl
 			 j->first, j->last);
 		return -EUCLEAN;
 	}
-	for (b = 0; b < j->maxlen; b++)
-		if (!j->map[b]) {
-			snprintf(msg, msglen, "the journal inode has a hole at block %u", b);
-			return -EUCLEAN;
-		}
+	/* The runs are sorted and cannot overlap (one logical block, one physical): no hole below maxlen. */
+	for (i = 0, b = 0; i < j->nruns && b < j->maxlen; i++) {
+		if (j->runs[i].logical != b)
+			break;
+		b += (uint32_t)j->runs[i].len;
+	}
+	if (b < j->maxlen) {
+		snprintf(msg, msglen, "the journal inode has a hole at block %llu", (unsigned long long)b);
+		return -EUCLEAN;
+	}
 	return 0;
 }
 
@@ -193,7 +248,7 @@ int jnl_open(ext2_filsys fs, struct jnl *j, char *msg, size_t msglen)
 	if (!j->sbbuf)
 		goto fail;
 	j->sb = j->sbbuf;
-	if (!j->map[0] || io_channel_read_blk64(j->dev, j->map[0], 1, j->sbbuf)) {
+	if (!map_block(j, 0) || io_channel_read_blk64(j->dev, map_block(j, 0), 1, j->sbbuf)) {
 		snprintf(msg, msglen, "cannot read the journal superblock");
 		ret = -EIO;
 		goto fail;
@@ -219,12 +274,12 @@ int jnl_open(ext2_filsys fs, struct jnl *j, char *msg, size_t msglen)
 	j->tail_size = j->csum ? sizeof(struct jf_tail) : 0;
 	if (j->csum)
 		j->seed = ext2fs_crc32c_le(~0U, j->sb->s_uuid, sizeof(j->sb->s_uuid));
-	j->sorted = malloc(sizeof(*j->sorted) * j->maxlen);
+	j->by_physical = malloc(sizeof(*j->by_physical) * j->nruns);
 	ret = -ENOMEM;
-	if (!j->sorted)
+	if (!j->by_physical)
 		goto fail;
-	memcpy(j->sorted, j->map, sizeof(*j->sorted) * j->maxlen);
-	qsort(j->sorted, j->maxlen, sizeof(*j->sorted), blk_cmp);
+	memcpy(j->by_physical, j->runs, sizeof(*j->by_physical) * j->nruns);
+	qsort(j->by_physical, j->nruns, sizeof(*j->by_physical), run_by_physical);
 	return 0;
 fail:
 	if (ret == -ENOMEM)
@@ -235,16 +290,17 @@ fail:
 
 void jnl_close(struct jnl *j)
 {
-	free(j->map);
-	free(j->sorted);
+	free(j->runs);
+	free(j->by_physical);
 	free(j->sbbuf);
-	j->map = j->sorted = NULL;
+	j->runs = j->by_physical = NULL;
+	j->nruns = 0;
 	j->sbbuf = j->sb = NULL;
 }
 
 int jnl_read(struct jnl *j, uint32_t blk, void *buf)
 {
-	if (blk >= j->maxlen || io_channel_read_blk64(j->dev, j->map[blk], 1, buf))
+	if (blk >= j->maxlen || io_channel_read_blk64(j->dev, map_block(j, blk), 1, buf))
 		return -EIO;
 	return 0;
 }
@@ -261,7 +317,20 @@ uint32_t jnl_next(const struct jnl *j, uint32_t blk, uint32_t count)
 
 int jnl_holds(const struct jnl *j, blk64_t b)
 {
-	return bsearch(&b, j->sorted, j->maxlen, sizeof(*j->sorted), blk_cmp) != NULL;
+	size_t lo = 0, hi = j->nruns;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const struct jnl_run *r = &j->by_physical[mid];
+
+		if (b < r->physical)
+			hi = mid;
+		else if (b >= r->physical + r->len)
+			lo = mid + 1;
+		else
+			return 1;
+	}
+	return 0;
 }
 
 /* crc32c(seed) of a block with the 4 bytes at off counted as 0. */
@@ -332,7 +401,7 @@ int jnl_mark_empty(struct jnl *j, uint32_t next_seq)
 	j->sb->s_sequence = htobe32(next_seq);
 	if (j->csum)
 		j->sb->s_checksum = htobe32(sb_csum(j->sb));
-	if (io_channel_write_blk64(j->dev, j->map[0], 1, j->sbbuf) || io_channel_flush(j->dev))
+	if (io_channel_write_blk64(j->dev, map_block(j, 0), 1, j->sbbuf) || io_channel_flush(j->dev))
 		return -EIO;
 	return 0;
 }

@@ -26,8 +26,10 @@ struct jnl {
 	uint32_t seed;			/* crc32c of the journal UUID */
 	unsigned int tag_size;		/* jf_tag_size() */
 	unsigned int tail_size;		/* jf_tail at the end of descriptor/revoke blocks, or 0 */
-	blk64_t *map;			/* journal block -> filesystem block, [0, maxlen) */
-	blk64_t *sorted;		/* map sorted, for jnl_holds() */
+	struct jnl_run {		/* journal blocks [logical, +len) at [physical, +len) */
+		blk64_t logical, physical, len;
+	} *runs, *by_physical;		/* the journal inode's map, by logical and by physical */
+	size_t nruns;
 	void *sbbuf;			/* the superblock's block */
 	struct jf_superblock *sb;	/* in sbbuf */
 };

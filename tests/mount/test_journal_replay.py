@@ -428,6 +428,15 @@ def test_journal_inode_outside_filesystem_refused():
     refuse(image, ["journal inode"])
 
 
+def test_journal_inode_impossible_size_refused():
+    """i_size far past the filesystem: refused before anything is mapped or allocated."""
+    image = small_crash()
+    r = subprocess.run(["debugfs", "-w", "-R", "sif <8> size 0x7fffffff0000", image],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    refuse(image, ["journal inode", "size"])
+
+
 def test_corrupt_commit_block():
     """The last transaction's commit block fails its checksum: the ones
     before it are replayed, it is not, and the mount fails, as the
@@ -786,3 +795,22 @@ def test_descriptor_checksum_failure(stale):
     assert replayed(m.daemon_log)[:4] == [1, jw.first_seq, jw.first_seq, 1]
     rc, out = fsck(image)
     assert rc == 0, out
+
+
+def test_external_journal_refused():
+    """A journal on another device: not replayed, refused with the reason."""
+    image = make_image(size="64M")
+    jimg = os.path.join(os.path.dirname(image), "journal.img")
+    subprocess.run(["truncate", "-s", "16M", jimg], check=True)
+    subprocess.run(["mke2fs", "-q", "-F", "-b", "4096", "-O", "journal_dev", jimg], check=True)
+    jdev = subprocess.run(["losetup", "-f", "--show", jimg], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    try:
+        subprocess.run(["mke2fs", "-q", "-F", "-t", "ext4", "-b", "4096", "-J", "device=" + jdev, image],
+                       check=True)
+    finally:
+        subprocess.run(["losetup", "-d", jdev])
+    r = subprocess.run(["debugfs", "-w", "-R", "feature needs_recovery", image],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "needs_recovery" in features(image), r.stderr
+    refuse(image, ["external"])
