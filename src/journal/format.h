@@ -7,12 +7,12 @@
  * read from or written to the journal, their fields through jf_be32_at and
  * the tag accessors below.
  *
- * A journal is a ring of s_maxlen blocks; block 0 is its superblock, the
- * log runs from s_first up to s_maxlen (less the fast commit area) and
- * wraps back to s_first.  A
- * transaction is: descriptor blocks each followed by the blocks their tags
- * describe, revoke blocks, and a commit block, every metadata block
- * starting with a jf_header carrying the transaction's sequence number.
+ * A journal is s_maxlen blocks; block 0 is its superblock.  The log is a
+ * ring from s_first up to "last": s_maxlen, or with fast commits s_maxlen
+ * less the s_num_fc_blks of the fast commit area, which starts at last + 1.
+ * A transaction is descriptor blocks, each followed by the blocks its tags
+ * describe, revoke blocks, and a commit block; each of those starts with a
+ * jf_header carrying the transaction's sequence number.
  */
 #ifndef RRFUSE_JOURNAL_FORMAT_H
 #define RRFUSE_JOURNAL_FORMAT_H
@@ -41,7 +41,7 @@
 #define JF_INCOMPAT_CSUM_V3		0x00000010U	/* as v2, 32 bits in tags (tag3) */
 #define JF_INCOMPAT_FAST_COMMIT		0x00000020U	/* s_num_fc_blks blocks after the ring */
 
-/* s_checksum_type */
+/* s_checksum_type; a commit block's h_chksum_type (v1 checksums: crc32) */
 #define JF_CSUM_CRC32		1
 #define JF_CSUM_MD5		2
 #define JF_CSUM_SHA1		3

@@ -221,7 +221,7 @@ static int check_geometry(struct jnl *j, blk64_t nblocks, char *msg, size_t msgl
 	for (i = 0, b = 0; i < j->nruns && b < j->maxlen; i++) {
 		if (j->runs[i].logical != b)
 			break;
-		b += (uint32_t)j->runs[i].len;
+		b += j->runs[i].len;
 	}
 	if (b < j->maxlen) {
 		snprintf(msg, msglen, "the journal inode has a hole at block %llu", (unsigned long long)b);
