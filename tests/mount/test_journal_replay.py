@@ -1,17 +1,20 @@
 """Journal recovery at mount (issue 16): rrfuse replays the jbd2 journal of
 an image the kernel's ext4 left needing recovery.
 
-The journals are the kernel's own: an image is loop-mounted, changed,
-synced (the transactions reach the journal), and the filesystem is shut
-down without flushing its log (EXT4_IOC_SHUTDOWN, NOLOGFLUSH), so what the
-kernel made durable lives in the journal and, for the last transactions,
-only there.  The acceptance check: copy A is replayed by e2fsck -fy, copy
-B by rrfuse; B must then pass e2fsck -fn, and the tree rrfuse shows must
-equal what the kernel sees in A and in B.
+Most journals are the kernel's own: an image is loop-mounted, changed, its
+transactions committed to the journal with fsync (sync(2) and syncfs(2)
+would also write the checkpoint home), and the filesystem shut down
+without flushing its log (EXT4_IOC_SHUTDOWN, NOLOGFLUSH); the image is
+copied at that moment, as a power cut would leave it, so the last
+transactions live only in the journal.  The acceptance check: copy A is
+replayed by e2fsck -fy, copy K by the kernel's own mount, the image by
+rrfuse; the image must then pass e2fsck -fn, and the tree rrfuse showed
+must be what the kernel sees in it, in A and in K.  The formats the kernel
+no longer writes (csum v2, v1 checksums, a v1 superblock) are written here
+byte by byte, the kernel's replay being the reference.
 """
 
 import fcntl
-import hashlib
 import os
 import re
 import shutil
@@ -364,7 +367,6 @@ def test_revoked_block_reused():
     log, snap = replay_and_compare(image)
     _, _, _, _, hits, records = replayed(log)
     assert hits > 0 and records > 0, log
-    expect = hashlib.sha256()
     with open(os.path.join(os.path.dirname(image), "check.bin"), "wb") as f:
         for i in range(len(written)):
             f.write(pattern(i, chunk))
