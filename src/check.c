@@ -53,10 +53,6 @@ int check_features(ext2_filsys fs, char *msg, size_t msglen)
 			 sb->s_feature_incompat & ~(EXT2_LIB_FEATURE_INCOMPAT_SUPP | EXT4_FEATURE_INCOMPAT_MMP));
 		return -EOPNOTSUPP;
 	}
-	if (sb->s_feature_incompat & EXT3_FEATURE_INCOMPAT_RECOVER) {
-		snprintf(msg, msglen, "the journal needs recovery: run 'e2fsck -fy' on the image first");
-		return -EUCLEAN;
-	}
 	return 0;
 }
 

@@ -8,6 +8,7 @@
 #include "rrfs.h"
 #include "io/dev.h"
 #include "io/cache.h"
+#include "journal/recover.h"
 #include "log.h"
 #include "orphan.h"
 #include "error.h"
@@ -132,6 +133,70 @@ static int mmp_begin(ext2_filsys fs, const char *device, char *msg, size_t msgle
 	return -EBUSY;
 }
 
+/*
+ * The kernel crashed, or was shut down, with the image mounted: its journal
+ * holds what it made durable.  Replayed here as the kernel's mount replays
+ * it, on the image opened read-write for the purpose even for a read-only
+ * mount ("recovery required on readonly filesystem"); then the image is
+ * opened again from scratch, since the replay may have rewritten the
+ * superblock, descriptors and bitmaps libext2fs read.  norecovery: a
+ * read-only mount without replay (*unreplayed set), as the kernel's.
+ * On failure *fs is closed.
+ */
+static int recover_journal(const char *device, int ro, int devro, int norecovery, ext2_filsys *fs,
+			   int *unreplayed, char *msg, size_t msglen)
+{
+	errcode_t err = 0;
+	int ret, dro = 0;
+
+	*unreplayed = 0;
+	if (norecovery) {
+		if (!ro) {
+			snprintf(msg, msglen, "%s: the journal needs recovery: norecovery (noload) skips it only on a read-only mount (-o ro)",
+				 device);
+			ext2fs_close_free(fs);
+			return -EINVAL;
+		}
+		rr_log(LOG_WARNING, "%s: norecovery: the journal needing recovery is not replayed: what it holds is not seen, "
+		       "and nothing is written", device);
+		*unreplayed = 1;
+		return 0;
+	}
+	if (!devro && !((*fs)->flags & EXT2_FLAG_RW)) {
+		ext2fs_close_free(fs);
+		err = open_image(device, 1, &dro, fs);
+	}
+	if (devro || err || dro) {
+		if (*fs)
+			ext2fs_close_free(fs);
+		snprintf(msg, msglen, "%s: the journal needs recovery but the image is not writable: cannot proceed "
+			 "(mount with -o ro,norecovery)", device);
+		return -EROFS;
+	}
+	if (ro)
+		rr_log(LOG_INFO, "%s: recovery required on readonly filesystem: write access enabled for it", device);
+	ret = mmp_begin(*fs, device, msg, msglen);
+	if (!ret)
+		ret = jr_recover(*fs, msg, msglen);
+	/*
+	 * Nothing libext2fs read before the replay may be written back over
+	 * it: closed as read-only (a read-write close may write the superblock).
+	 */
+	if (ext2fs_has_feature_mmp((*fs)->super) && !((*fs)->flags & EXT2_FLAG_SKIP_MMP))
+		ext2fs_mmp_stop(*fs);
+	(*fs)->flags &= ~(EXT2_FLAG_RW | EXT2_FLAG_DIRTY | EXT2_FLAG_BB_DIRTY | EXT2_FLAG_IB_DIRTY);
+	ext2fs_close_free(fs);
+	if (ret)
+		return ret;
+	err = open_image(device, !ro, &dro, fs);
+	if (err) {
+		snprintf(msg, msglen, "%s: cannot open the image again after journal recovery: %s", device,
+			 error_message(err));
+		return -EIO;
+	}
+	return 0;
+}
+
 int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts,
 	       const struct rr_data_hooks *hooks, char *msg, size_t msglen)
 {
@@ -140,7 +205,7 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 	struct rr_mnt mnt;
 	char why[64];
 	errcode_t err;
-	int ret, ro = opts->ro, devro;
+	int ret, ro = opts->ro, devro, unreplayed = 0;
 
 	memset(rfs, 0, sizeof(*rfs));
 	rfs->hooks = hooks;
@@ -175,9 +240,23 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 	ret = check_features(fs, msg, msglen);
 	if (!ret)
 		ret = check_geometry(fs, device, msg, msglen);
+	/* As the kernel: the superblock and descriptors are checked before the journal is loaded, and after. */
+	if (!ret && ext2fs_has_feature_journal_needs_recovery(fs->super)) {
+		ret = recover_journal(device, ro, devro, opts->norecovery, &fs, &unreplayed, msg, msglen);
+		if (!ret && !unreplayed)
+			ret = check_features(fs, msg, msglen);
+		if (!ret && !unreplayed)
+			ret = check_geometry(fs, device, msg, msglen);
+		if (!ret && !unreplayed && ext2fs_has_feature_journal_needs_recovery(fs->super)) {
+			snprintf(msg, msglen, "%s: the journal still needs recovery after the replay", device);
+			ret = -EIO;
+		}
+	}
 	if (ret) {
-		fs->flags &= ~(EXT2_FLAG_DIRTY | EXT2_FLAG_BB_DIRTY | EXT2_FLAG_IB_DIRTY);
-		ext2fs_close_free(&fs);
+		if (fs) {
+			fs->flags &= ~(EXT2_FLAG_DIRTY | EXT2_FLAG_BB_DIRTY | EXT2_FLAG_IB_DIRTY);
+			ext2fs_close_free(&fs);
+		}
 		return ret;
 	}
 	if (fs->blocksize > 65536 || EXT2FS_CLUSTER_RATIO(fs) != 1) {
@@ -188,10 +267,12 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 	unwritable = check_unwritable(fs, why, sizeof(why));
 	if (devro && orphans_pending(fs))
 		rr_log(LOG_WARNING, "write access unavailable, skipping orphan cleanup");
+	if (unreplayed && orphans_pending(fs))
+		rr_log(LOG_WARNING, "%s: the journal was not replayed: skipping orphan cleanup", device);
 	if (unwritable && !ro) {
 		rr_log(LOG_WARNING, "%s is not writable by rrfuse: mounting read-only", unwritable);
 		ro = 1;
-	} else if (ro && !devro) {
+	} else if (ro && !devro && !unreplayed) {
 		rfs->ro_cleanup = want_readonly_cleanup(device, unwritable, &fs);
 		if (!fs) {
 			snprintf(msg, msglen, "%s: cannot reopen the image", device);

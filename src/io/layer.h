@@ -12,7 +12,10 @@
  * metadata (the cache) sits above the faults, so a fault shows where the
  * device would show it (at a miss, at write-back).  A journal's manager
  * goes above the cache (its commit writes the cache's dirty blocks to the
- * journal first), a write recorder just above the device.
+ * journal first), a write recorder just above the device.  Journal
+ * recovery at mount (src/journal/) reads and writes the device's channel
+ * (io_bottom) directly, under the cache and fault injection, on a
+ * filesystem handle it then closes unwritten.
  *
  * Every metadata byte crosses every layer through the channel.  File data
  * does not cross libext2fs's channel (io_data_*, dev.h), but it is offered
