@@ -26,6 +26,7 @@
 #include "rrfs.h"
 #include "rrfuse/rrctl.h"
 
+#include <fcntl.h>
 #include <linux/fuse.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -119,9 +120,19 @@ static ssize_t chan_writev(int fd, struct iovec *iov, int count, void *userdata)
 	return writev(fd, iov, count);
 }
 
+/* Replies spliced from a pipe (libfuse offers FUSE_CAP_SPLICE_WRITE only with this). */
+static ssize_t chan_splice_send(int fdin, off_t *offin, int fdout, off_t *offout, size_t len,
+				unsigned int flags, void *userdata)
+{
+	(void)userdata;
+	return splice(fdin, offin, fdout, offout, len, flags);
+}
+
 int chan_attach(struct fuse_session *se, struct rr_fs *rfs)
 {
-	static const struct fuse_custom_io io = { .read = chan_read, .writev = chan_writev };
+	static const struct fuse_custom_io io = {
+		.read = chan_read, .writev = chan_writev, .splice_send = chan_splice_send,
+	};
 
 	chan.rfs = rfs;
 	rfs->requests = chan.requests;

@@ -28,6 +28,7 @@ static void ctl_io_stats(struct rr_fs *rfs, struct rrctl_stats *s)
 	s->io_meta_reads = d.meta_reads;
 	s->io_meta_writes = d.meta_writes;
 	s->io_data_reads = d.data_reads;
+	s->io_data_spliced = d.data_spliced;
 	s->io_data_writes = d.data_writes;
 	s->io_flushes = d.flushes;
 	s->io_meta_blocks = d.meta_bytes / rfs->bsize;

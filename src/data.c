@@ -192,6 +192,36 @@ ssize_t data_read(struct rr_fs *rfs, struct rr_inode *ri, char *buf, size_t size
 	return ret ? ret : (ssize_t)size;
 }
 
+int data_read_begin(struct rr_fs *rfs, struct rr_inode *ri, uint64_t off, size_t *size, uint64_t *dev)
+{
+	uint64_t lblk = off >> rfs->bbits;
+	struct rr_ext m;
+	int ret;
+
+	*dev = 0;
+	pthread_rwlock_rdlock(&ri->rw);
+	ret = emap_ensure(rfs, ri);
+	if (ret) {
+		pthread_rwlock_unlock(&ri->rw);
+		return ret;
+	}
+	if (off >= ri->size)
+		*size = 0;
+	else if (*size > ri->size - off)
+		*size = (size_t)(ri->size - off);
+	if (!*size)
+		return 0;
+	emap_lookup(&ri->emap, lblk, &m);
+	if (m.pblk && !m.uninit && blk_start(rfs, lblk + m.len) >= off + *size)
+		*dev = blk_start(rfs, m.pblk) + (off - blk_start(rfs, lblk));
+	return 0;
+}
+
+void data_read_end(struct rr_inode *ri)
+{
+	pthread_rwlock_unlock(&ri->rw);
+}
+
 /* Set i_size (and times) on disk and in ri.  Caller holds rw exclusively, not the fs lock. */
 static int set_size(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size, int times)
 {

@@ -43,6 +43,7 @@ struct cmdline {
 	int ro;
 	int norecovery;
 	int no_writeback;
+	int no_splice;
 	int delalloc;
 	int discard;
 	int direct;
@@ -67,6 +68,7 @@ static const struct fuse_opt opt_spec[] = {
 	OPT("errors=%s", errors, 0),
 	OPT("trace=%s", trace, 0),
 	OPT("no_writeback_cache", no_writeback, 1),
+	OPT("nosplice", no_splice, 1),
 	OPT("delalloc", delalloc, 1),
 	OPT("nodelalloc", delalloc, 0),
 	OPT("discard", discard, 1),
@@ -164,6 +166,7 @@ static void usage(const char *prog)
 	       "    -o errors=continue|remount-ro|panic\n"
 	       "                           what a filesystem error does (default: as the image says, tune2fs -e)\n"
 	       "    -o no_writeback_cache  do not use the kernel's writeback cache (default: use it)\n"
+	       "    -o nosplice            copy read data through rrfuse (default: splice it from the image)\n"
 	       "    -o trace=FILE          record every device transfer, flush and discard as fio's iolog v3\n"
 	       "                           (fio --read_iolog replays it), and what each was in FILE.kinds\n"
 	       "    -o delalloc, nodelalloc\n"
@@ -277,6 +280,7 @@ int main(int argc, char *argv[])
 	opts.ro = c.ro;
 	opts.norecovery = c.norecovery;
 	opts.writeback = !c.no_writeback;
+	opts.splice = !c.no_splice;
 	opts.delalloc = c.delalloc;
 	opts.direct = c.direct;
 	opts.check = c.check;

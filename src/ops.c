@@ -11,6 +11,8 @@
 #include "channel.h"
 #include "ctl.h"
 #include "dir.h"
+#include "error.h"
+#include "io/dev.h"
 #include "trim.h"
 #include "log.h"
 #include "rrfs.h"
@@ -141,6 +143,10 @@ static void rr_init(void *userdata, struct fuse_conn_info *conn)
 	conn->want &= ~(unsigned)FUSE_CAP_ATOMIC_O_TRUNC;
 	/* A spliced request would not pass chan_read: its set-id marks would be lost. */
 	conn->want &= ~(unsigned)FUSE_CAP_SPLICE_READ;
+	if (rfs->opts.splice && (conn->capable & FUSE_CAP_SPLICE_WRITE)) {
+		conn->want |= FUSE_CAP_SPLICE_WRITE;
+		rfs->splice = 1;
+	}
 	conn->max_write = 1 << 20;
 	conn->max_readahead = 1 << 20;
 	conn->max_background = 64;
@@ -670,6 +676,50 @@ static void rr_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	}
 }
 
+/*
+ * A read that lies in one written extent goes from the image's page cache
+ * to the reader's pages without a copy in rrfuse (FUSE_CAP_SPLICE_WRITE:
+ * libfuse splices it through a pipe).  1 if answered, 0 to copy instead.
+ */
+/* Reads shorter than this are copied: libfuse splices nothing under two pages. */
+#define RR_SPLICE_MIN (2 * 4096)
+
+static int splice_read(fuse_req_t req, fuse_ino_t fino, size_t size, uint64_t off)
+{
+	struct rr_fs *rfs = rr_fs_of(req);
+	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(size);
+	struct rr_inode *ri;
+	uint64_t dev;
+	int ret, fd;
+
+	if (!rfs->splice || !(ri = node(rfs, fino)))
+		return 0;
+	ret = data_read_begin(rfs, ri, off, &size, &dev);
+	if (!ret && dev && size >= RR_SPLICE_MIN) {
+		ret = io_data_read_fd(rfs->dev, dev, size, &fd);
+		if (ret && ret != -EOPNOTSUPP)
+			rr_data_io_error(0, dev >> rfs->bbits, -ret);
+		if (!ret) {
+			bv.buf[0].size = size;
+			bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+			bv.buf[0].fd = fd;
+			bv.buf[0].pos = (off_t)dev;
+			fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
+		}
+		data_read_end(ri);
+		rr_iunpin(rfs, ri);
+		if (ret == -EOPNOTSUPP)
+			return 0;
+		if (ret)
+			fuse_reply_err(req, -ret);
+		return 1;
+	}
+	if (!ret)
+		data_read_end(ri);
+	rr_iunpin(rfs, ri);
+	return 0;
+}
+
 static void rr_read(fuse_req_t req, fuse_ino_t fino, size_t size, off_t off, struct fuse_file_info *fi)
 {
 	struct rr_fs *rfs = rr_fs_of(req);
@@ -682,6 +732,8 @@ static void rr_read(fuse_req_t req, fuse_ino_t fino, size_t size, off_t off, str
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
+	if (splice_read(req, fino, size, (uint64_t)off))
+		return;
 	/* Page aligned, so that O_DIRECT reads land in it without a bounce. */
 	if (posix_memalign((void **)&buf, 4096, size ? size : 1)) {
 		fuse_reply_err(req, ENOMEM);

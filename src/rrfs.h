@@ -105,6 +105,7 @@ struct rr_opts {
 	int ro;
 	int norecovery;
 	int writeback;		/* kernel writeback cache */
+	int splice;		/* reads spliced from the image where they can be (-o nosplice: 0) */
 	int delalloc;		/* delay allocating the kernel's written-back pages (-o nodelalloc: no) */
 	int direct;		/* O_DIRECT data transfers: 1, 0, -1 = on block devices */
 	int debug;
@@ -150,6 +151,7 @@ struct rr_fs {
 	char *utab;		/* mount point with a utab entry of ours (src/utab.c), or NULL */
 	int wbcache;		/* the kernel's writeback cache is on (set at INIT) */
 	int killpriv_v2;	/* rrfuse drops set-id bits itself (set at INIT: src/channel.c) */
+	int splice;		/* reads are spliced (set at INIT) */
 	const _Atomic uint64_t *requests;	/* [RRCTL_NREQ] by opcode (src/channel.c), or NULL */
 	int closed;		/* rr_fs_close ran at DESTROY; its result: */
 	int close_ret;
@@ -270,6 +272,14 @@ uint64_t emap_goal(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk);
 
 /* data.c */
 ssize_t data_read(struct rr_fs *rfs, struct rr_inode *ri, char *buf, size_t size, uint64_t off);
+/*
+ * A read to answer straight from the device: *size clamped to the end of
+ * the file, *dev the device offset of [off, off+*size) when that lies in
+ * one written extent (0 otherwise: data_read copies it).  On success ri->rw
+ * stays held shared, so the blocks stay the file's, until data_read_end.
+ */
+int data_read_begin(struct rr_fs *rfs, struct rr_inode *ri, uint64_t off, size_t *size, uint64_t *dev);
+void data_read_end(struct rr_inode *ri);
 /*
  * A short count comes with the reason it stopped in *short_err.  delay:
  * the kernel's page cache writes back; holes may take the data into the

@@ -98,6 +98,7 @@ struct rrctl_stats {
 	/* The device (src/io/dev.c): calls that moved bytes, metadata and file data apart. */
 	uint64_t io_meta_reads, io_meta_writes, io_data_reads, io_data_writes, io_flushes;
 	uint64_t io_meta_blocks;	/* bytes of metadata written, in blocks */
+	uint64_t io_data_spliced;	/* data reads moved by splice, not copied (of io_data_reads) */
 	/* FUSE requests read since the mount, by opcode (linux/fuse.h); the last counts the rest. */
 	uint64_t requests[RRCTL_NREQ];
 };

@@ -39,6 +39,7 @@ struct io_dev {
 	const char *name;	/* the channel's */
 	/* Calls that moved bytes (io_dev_stats); relaxed atomics, any thread. */
 	atomic_uint_fast64_t meta_reads, meta_writes, meta_bytes, data_reads, data_writes, flushes;
+	atomic_uint_fast64_t data_spliced;	/* of data_reads: handed out as a descriptor (io_data_read_fd) */
 };
 
 static int io_open_readonly;
@@ -150,6 +151,7 @@ void io_dev_stats(io_channel ch, struct io_dev_stats *st)
 	st->meta_writes = atomic_load_explicit(&d->meta_writes, memory_order_relaxed);
 	st->meta_bytes = atomic_load_explicit(&d->meta_bytes, memory_order_relaxed);
 	st->data_reads = atomic_load_explicit(&d->data_reads, memory_order_relaxed);
+	st->data_spliced = atomic_load_explicit(&d->data_spliced, memory_order_relaxed);
 	st->data_writes = atomic_load_explicit(&d->data_writes, memory_order_relaxed);
 	st->flushes = atomic_load_explicit(&d->flushes, memory_order_relaxed);
 }
@@ -549,6 +551,23 @@ int io_data_read(io_channel ch, void *buf, size_t len, uint64_t off)
 		off += n;
 		len -= n;
 	}
+	return 0;
+}
+
+int io_data_read_fd(io_channel ch, uint64_t off, size_t len, int *fd)
+{
+	struct io_dev *priv = dev_of(ch);
+	int ret;
+
+	if (priv->dfd >= 0)
+		return -EOPNOTSUPP;	/* the data path bypasses the page cache: no pages to splice */
+	ret = io_layers_data(ch, 0, off, len);
+	if (ret)
+		return ret;
+	trace_io(TRACE_DATA, TRACE_READ, off, len);
+	tally(&priv->data_reads);
+	tally(&priv->data_spliced);
+	*fd = priv->fd;
 	return 0;
 }
 

@@ -35,6 +35,12 @@ long io_lock_holder(int fd);
 int io_set_direct(io_channel ch, int mode, char *msg, size_t msglen);
 int io_direct_align(io_channel ch);	/* 0 when off */
 int io_data_read(io_channel ch, void *buf, size_t len, uint64_t off);
+/*
+ * File data at [off, off+len) for the caller to move from *fd itself (a
+ * splice): offered to the layers and counted as io_data_read counts it.
+ * -EOPNOTSUPP when data bypasses the page cache (-o direct).
+ */
+int io_data_read_fd(io_channel ch, uint64_t off, size_t len, int *fd);
 int io_data_writev(io_channel ch, struct iovec *iov, int iovcnt, uint64_t off);
 int io_data_write(io_channel ch, const void *buf, size_t len, uint64_t off);
 
@@ -43,6 +49,7 @@ struct io_dev_stats {
 	uint64_t meta_reads, meta_writes;	/* through the channel (zeroing counts as writes) */
 	uint64_t meta_bytes;			/* written by those writes */
 	uint64_t data_reads, data_writes;	/* the data path's */
+	uint64_t data_spliced;			/* reads of those moved by splice */
 	uint64_t flushes;
 };
 void io_dev_stats(io_channel ch, struct io_dev_stats *st);
