@@ -93,3 +93,30 @@ def test_read_workloads_quick(tmp_path):
     assert got.get(("W12", "write_iops"), 0) > 0, sorted(got)
     text = (out / "report.md").read_text()
     assert "drop_caches" in text and "--rw=randrw" in text
+
+
+def test_fsync_heavy_workload_quick(tmp_path):
+    """W13 (4 KiB random writes, an fsync after each) on rrfuse at quick sizes:
+    ok, e2fsck-clean, write IOPS there, and the fio command says --fsync=1."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (rrbench drops the page cache)")
+    if not os.path.exists("/dev/fuse") or not os.access(RRFUSE, os.X_OK):
+        pytest.skip("needs /dev/fuse and a built rrfuse")
+    if shutil.which("fio") is None:
+        pytest.skip("needs fio (tools/deps.sh)")
+    out = tmp_path / "fsync"
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    r = subprocess.run(["/usr/bin/python3", RRBENCH, "-w", "W13", "-s", "rrfuse", "--rrfuse", RRFUSE,
+                        "-n", "1", "--quick", "--fio-runtime", "1", "--image-size", "1G",
+                        "-o", str(out), "--tmpdir", str(tmp)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    with open(out / "runs.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["status"] for r in rows} == {"ok"}, rows
+    assert {r["fsck_rc"] for r in rows} == {"0"}, rows
+    got = {r["metric"]: float(r["value"]) for r in rows if r["value"]}
+    assert got.get("write_iops", 0) > 0, sorted(got)
+    assert "--rw=randwrite" in (out / "report.md").read_text()
+    assert "--fsync=1" in (out / "report.md").read_text()
