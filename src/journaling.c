@@ -102,7 +102,14 @@ int rr_journal_start(struct rr_fs *rfs)
 	io_cache_set_journal(fs->io, &cj);
 	rfs->jw = w;
 	rr_fs_unlock_nocommit(rfs);
-	rr_log(LOG_INFO, "journal: commits are transactions of up to %zu blocks", cj.capacity);
+	{
+		uint64_t n;
+		uint32_t next;
+
+		jw_stats(w, &n, &next);
+		rr_log(LOG_INFO, "journal: commits are transactions of up to %zu blocks, from id %u on",
+		       cj.capacity, next);
+	}
 	return 0;
 }
 
