@@ -41,6 +41,12 @@ static void cb_abort(void *arg)
 	jw_abort(arg);
 }
 
+static void cb_too_big(void *arg, size_t n)
+{
+	rr_log(LOG_WARNING, "journal: a commit of %zu blocks did not fit in one transaction of %zu: "
+	       "written as several, not atomic across a crash", n, jw_capacity(arg));
+}
+
 /* needs_recovery set or cleared, and the superblock written home and flushed (no journal set). */
 static int set_recover(struct rr_fs *rfs, int on)
 {
@@ -92,7 +98,8 @@ int rr_journal_start(struct rr_fs *rfs)
 		return ret;
 	}
 	cj = (struct io_cache_journal){
-		.log = cb_log, .checkpointed = cb_checkpointed, .abort = cb_abort, .arg = w,
+		.log = cb_log, .checkpointed = cb_checkpointed, .abort = cb_abort,
+		.too_big = cb_too_big, .arg = w,
 		.capacity = jw_capacity(w), .want = jw_capacity(w) / JOURNAL_WANT_DIV,
 	};
 	/* Dirty blocks fill the cache past its own mark first: the cache's bound then rules. */

@@ -332,8 +332,10 @@ static errcode_t writeback_journaled(struct cache *c, struct cache_ent **v, size
 		free(data);
 		return EXT2_ET_NO_MEMORY;
 	}
-	if (k > j->capacity)
+	if (k > j->capacity) {
 		c->st.split++;
+		j->too_big(j->arg, k);
+	}
 	for (s = 0; s < k && !err; s += n) {
 		n = k - s < j->capacity ? k - s : j->capacity;
 		for (i = 0; i < n; i++) {

@@ -41,6 +41,7 @@ struct io_cache_journal {
 	int (*log)(void *arg, size_t n, const blk64_t *blks, const unsigned char *const *data);
 	int (*checkpointed)(void *arg);
 	void (*abort)(void *arg);	/* the home writes failed: the journal must write nothing more */
+	void (*too_big)(void *arg, size_t n);	/* n dirty blocks are about to be cut into transactions */
 	void *arg;
 	size_t capacity, want;
 };
