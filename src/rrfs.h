@@ -20,6 +20,10 @@
  *                   leaf: nothing is taken while it is held.
  *   delayed.lock    the list of inodes with delayed data (data.c); only
  *                   itab.lock is taken inside it.
+ *   cache.lock      the metadata cache (src/io/cache.c), taken after the fs
+ *                   lock, before nothing.  The journal writer has no lock:
+ *                   it runs under this one, inside a commit that holds the
+ *                   fs lock (src/journaling.c).
  */
 #ifndef RRFUSE_RRFS_H
 #define RRFUSE_RRFS_H
