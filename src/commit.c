@@ -65,16 +65,12 @@ static void mmp_check(struct rr_fs *rfs)
 	}
 }
 
-int rr_fs_commit(struct rr_fs *rfs, int sync)
+/* Under the fs lock: what libext2fs and the orphan list hold in memory, into the cache. */
+static errcode_t commit_prepare(struct rr_fs *rfs)
 {
 	ext2_filsys fs = rfs->fs;
 	errcode_t err = 0;
-	int ret;
 
-	/* After errors=remount-ro, what was done before the error still reaches the image. */
-	if (rfs->ro && !rfs->mounted)
-		return 0;
-	rr_fs_lock(rfs);
 	rr_error_commit(rfs);
 	orphan_commit(rfs);
 	mmp_check(rfs);
@@ -86,9 +82,46 @@ int rr_fs_commit(struct rr_fs *rfs, int sync)
 		if (!err)
 			rfs->dirty = 0;
 	}
+	return err;
+}
+
+/*
+ * Journaled, the whole commit is made under the fs lock: the transaction
+ * is every block dirty now, and only under the lock is no operation half
+ * done (writer.h's rule 1 holds for the same reason: every data write an
+ * operation waited for has returned).  Unjournaled, the flush is made
+ * after the lock is dropped (rr_fs_commit).
+ */
+int rr_fs_commit_locked(struct rr_fs *rfs, int sync)
+{
+	int ret = rr_err(commit_prepare(rfs));
+
+	if (ret || !rfs->jw || !sync)
+		return ret;
+	ret = rr_err(io_channel_flush(rfs->fs->io));
+	if (!ret && rfs->alloc)
+		rr_alloc_commit_end(rfs->alloc);
+	return ret;
+}
+
+int rr_fs_commit(struct rr_fs *rfs, int sync)
+{
+	int ret;
+
+	/* After errors=remount-ro, what was done before the error still reaches the image. */
+	if (rfs->ro && !rfs->mounted)
+		return 0;
+	rr_fs_lock(rfs);
+	if (rfs->jw) {
+		/* Journaled, always a transaction: a later flush outside the lock could catch an operation halfway. */
+		ret = rr_fs_commit_locked(rfs, 1);
+		rr_fs_unlock_nocommit(rfs);
+		return ret;
+	}
+	ret = rr_fs_commit_locked(rfs, sync);
 	rr_fs_unlock(rfs);
-	if (err)
-		return rr_err(err);
+	if (ret)
+		return ret;
 	if (sync) {
 		ret = rr_err(io_channel_flush(rfs->fs->io));
 		if (ret)
@@ -142,6 +175,11 @@ int rr_fs_remount(struct rr_fs *rfs, int ro, char *err, size_t errlen)
 			return ret;
 		}
 		atomic_store(&rfs->ro, 0);
+		ret = rr_journal_start(rfs);
+		if (ret) {
+			snprintf(err, errlen, "cannot start the journal: %s", strerror(-ret));
+			return ret;
+		}
 		return 0;
 	}
 	if (rfs->ro && !rfs->mounted)
@@ -166,6 +204,8 @@ int rr_fs_remount(struct rr_fs *rfs, int ro, char *err, size_t errlen)
 	rr_fs_unlock(rfs);
 	if (!ret)
 		ret = rr_err(io_channel_flush(rfs->fs->io));
+	if (!ret)
+		ret = rr_journal_stop(rfs);
 	if (ret)
 		snprintf(err, errlen, "cannot write the superblock: %s", strerror(-ret));
 	return ret;

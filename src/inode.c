@@ -290,7 +290,19 @@ void rr_itab_destroy(struct rr_fs *rfs)
 /* Caller holds the fs lock. */
 int inode_load(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in)
 {
-	return rr_err_ino(ext2fs_read_inode_full(rfs->fs, ino, (struct ext2_inode *)in, sizeof(*in)), ino);
+	errcode_t err = ext2fs_read_inode_full(rfs->fs, ino, (struct ext2_inode *)in, sizeof(*in));
+
+	/*
+	 * libext2fs 1.47 copies an inode into its next cache slot before it
+	 * checks the checksum, and on a mismatch leaves the slot's number as
+	 * it was: the inode that slot held would read back as this corrupt
+	 * one (seen: the root directory as a regular file, ENOTDIR for every
+	 * lookup).  Which slot depends on how many inodes were read since
+	 * mount, so forget them all.
+	 */
+	if (err == EXT2_ET_INODE_CSUM_INVALID)
+		ext2fs_flush_icache(rfs->fs);
+	return rr_err_ino(err, ino);
 }
 
 int inode_read(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in)

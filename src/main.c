@@ -48,6 +48,7 @@ struct cmdline {
 	int discard;
 	int direct;
 	int check;
+	int nojournal;
 	struct rr_alloc_tunables alloc;
 	char alloc_err[160];	/* the first bad allocator option, refused before the image is opened */
 	int remount;		/* mount -o remount,...: act on the running daemon */
@@ -76,6 +77,8 @@ static const struct fuse_opt opt_spec[] = {
 	OPT("direct", direct, 1),
 	OPT("nodirect", direct, 0),
 	OPT("check", check, 1),
+	OPT("journal", nojournal, 0),
+	OPT("nojournal", nojournal, 1),
 	/* Allocator tunables: the kernel's sysfs names, validated by the allocator. */
 	FUSE_OPT_KEY("max_prealloc_kb=", KEY_ALLOC),
 	FUSE_OPT_KEY("mb_max_prealloc_kb=", KEY_ALLOC),
@@ -179,6 +182,9 @@ static void usage(const char *prog)
 	       "    -o norecovery, noload  do not replay a journal that needs recovery: mount read-only without\n"
 	       "                           what it holds (refused read-write, as ext4); otherwise orphans are\n"
 	       "                           still finished\n"
+	       "    -o journal, nojournal  commits are jbd2 transactions in the image's journal, so that a crash\n"
+	       "                           leaves an image the kernel, e2fsck or rrfuse replay to a consistent\n"
+	       "                           state (default: journal, on images that have one)\n"
 	       "    -o check               debugging: verify cached block maps against disk, and the\n"
 	       "                           allocator's buddies against the bitmap, after every change\n"
 	       "    -o max_prealloc_kb=KB  largest preallocation window (alias mb_max_prealloc_kb; default 8192;\n"
@@ -284,6 +290,7 @@ int main(int argc, char *argv[])
 	opts.delalloc = c.delalloc;
 	opts.direct = c.direct;
 	opts.check = c.check;
+	opts.journal = !c.nojournal;
 	opts.debug = fo.debug;
 	opts.single = fo.singlethread;
 

@@ -29,7 +29,7 @@ static void host_lock(void *rfs)
 
 static void host_unlock(void *rfs)
 {
-	rr_fs_unlock(rfs);
+	rr_fs_unlock_nocommit(rfs);
 }
 
 /*
@@ -397,6 +397,9 @@ int rr_fs_mark_mounted(struct rr_fs *rfs)
 	ext2fs_mark_super_dirty(fs);
 	rfs->mounted = 1;
 	ret = rr_fs_commit(rfs, 1);
+	/* From here every commit is a transaction, the orphans' too. */
+	if (!ret)
+		ret = rr_journal_start(rfs);
 	/* After the mark: a crash while finishing orphans leaves an unclean image. */
 	if (!ret && orphans_pending(fs)) {
 		orphan_cleanup(rfs);
@@ -455,6 +458,9 @@ int rr_fs_close(struct rr_fs *rfs)
 		err = rr_fs_flush(rfs, 0);
 		if (err)
 			ret = rr_err(err);
+		/* The last transaction checkpointed, then needs_recovery cleared (the kernel's order). */
+		if (!ret)
+			ret = rr_journal_stop(rfs);
 	}
 	if (!rfs->mounted)
 		rfs->fs->flags &= ~(EXT2_FLAG_DIRTY | EXT2_FLAG_BB_DIRTY | EXT2_FLAG_IB_DIRTY);

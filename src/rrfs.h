@@ -20,6 +20,10 @@
  *                   leaf: nothing is taken while it is held.
  *   delayed.lock    the list of inodes with delayed data (data.c); only
  *                   itab.lock is taken inside it.
+ *   cache.lock      the metadata cache (src/io/cache.c), taken after the fs
+ *                   lock, before nothing.  The journal writer has no lock:
+ *                   it runs under this one, inside a commit that holds the
+ *                   fs lock (src/journaling.c).
  */
 #ifndef RRFUSE_RRFS_H
 #define RRFUSE_RRFS_H
@@ -111,11 +115,13 @@ struct rr_opts {
 	int debug;
 	int single;		/* -s: one thread serves every request */
 	int check;		/* -o check: verify in-memory state against disk after changes */
+	int journal;		/* commits are jbd2 transactions in the image's journal (-o nojournal: not) */
 	int errors;		/* errors=: EXT2_ERRORS_*, 0 = as the superblock says */
 	struct rr_alloc_tunables alloc;	/* allocator tunables (-o max_prealloc_kb=, mb_*=) */
 };
 
 struct rr_fs;
+struct jw;
 
 /*
  * What the core (mount.c, commit.c, inode.c, orphan.c) asks of the data
@@ -153,6 +159,7 @@ struct rr_fs {
 	int killpriv_v2;	/* rrfuse drops set-id bits itself (set at INIT: src/channel.c) */
 	int splice;		/* reads are spliced (set at INIT) */
 	const _Atomic uint64_t *requests;	/* [RRCTL_NREQ] by opcode (src/channel.c), or NULL */
+	struct jw *jw;		/* the journal writer (src/journaling.c), set and cleared under the fs lock */
 	int closed;		/* rr_fs_close ran at DESTROY; its result: */
 	int close_ret;
 
@@ -213,6 +220,8 @@ int rr_fs_commit_for_alloc(void *rfs);
 /* libext2fs's flush (superblock, descriptors), the changed bitmaps first.  Fs lock held. */
 errcode_t rr_fs_flush(struct rr_fs *rfs, int flags);
 int rr_fs_commit(struct rr_fs *rfs, int sync);
+/* The commit's work under the fs lock (held); journaled, the transaction too. */
+int rr_fs_commit_locked(struct rr_fs *rfs, int sync);
 int rr_fs_remount(struct rr_fs *rfs, int ro, char *err, size_t errlen);
 void rr_fs_start_commit_thread(struct rr_fs *rfs);
 
@@ -221,9 +230,22 @@ static inline int rr_fs_flush_delayed(struct rr_fs *rfs)
 	return rfs->hooks && rfs->hooks->flush_all ? rfs->hooks->flush_all(rfs) : 0;
 }
 
+/*
+ * journaling.c: commits as jbd2 transactions.  start: once the image is
+ * marked in use (needs_recovery set and on disk first); stop: after the
+ * final commit (needs_recovery cleared, on disk).  Fs lock not held.
+ */
+int rr_journal_start(struct rr_fs *rfs);
+int rr_journal_stop(struct rr_fs *rfs);
+/* Under the fs lock, at a point where no operation is half done: commit if the transaction is full. */
+void rr_journal_maybe_commit(struct rr_fs *rfs);
+
 /* lock.c */
 void rr_fs_lock(struct rr_fs *rfs);
+/* At the end of a whole operation: the point where a full transaction is committed. */
 void rr_fs_unlock(struct rr_fs *rfs);
+/* The same, for the allocator's own sections (a commit there would take its locks again). */
+void rr_fs_unlock_nocommit(struct rr_fs *rfs);
 void rr_fs_dirty(struct rr_fs *rfs);
 
 /* inode.c */

@@ -22,6 +22,10 @@
  *    free_freed and rr_alloc_blocks; the commit brackets it, src/commit.c).
  *    Metadata may take them sooner, since it reaches the device only
  *    through this cache, at that same commit.
+ *  - Under a journal (io_cache_set_journal): no block reaches home before
+ *    the transaction that holds it is committed (writeback_journaled), and
+ *    write-back happens only at a flush, never to make room (make_room)
+ *    nor for a byte write (cache_write_byte).
  * Every entry point takes cache.lock, taken after the fs lock (callers hold
  * it for metadata) and before nothing.  The channel's error handlers (which
  * record the error, and may write the superblock through this cache) run
@@ -34,6 +38,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,6 +91,9 @@ struct cache {
 	errcode_t werr;
 	blk64_t werr_blk;
 	int werr_count;
+	struct io_cache_journal jnl;	/* jnl.log NULL: no journal */
+	/* Lock-free reads: want blocks are dirty under a journal. */
+	atomic_int full;
 };
 
 void io_cache_set_mb(unsigned int mb)
@@ -253,23 +261,13 @@ static int by_block(const void *a, const void *b)
 	return x->blk < y->blk ? -1 : x->blk > y->blk;
 }
 
-/* Every dirty block to the device, in block order, runs merged into one write each. */
-static errcode_t writeback(struct cache *c)
+/* Blocks v[0..k) (in block order) to their homes, runs merged into one write each; all clean after. */
+static errcode_t write_home(struct cache *c, struct cache_ent **v, size_t k)
 {
-	struct cache_ent **v, *e;
 	unsigned char *run = NULL;
 	errcode_t err = 0;
-	size_t i, k = 0, start, longest = 1;
+	size_t i, start, longest = 1;
 
-	if (!c->ndirty)
-		return 0;
-	v = malloc(c->ndirty * sizeof(*v));
-	if (!v)
-		return EXT2_ET_NO_MEMORY;
-	for (e = c->lru.next; e != &c->lru; e = e->next)
-		if (e->dirty)
-			v[k++] = e;
-	qsort(v, k, sizeof(*v), by_block);
 	for (start = 0; start < k; start = i) {
 		for (i = start + 1; i < k && i - start < CACHE_RUN_MAX && v[i]->blk == v[i - 1]->blk + 1; i++)
 			;
@@ -277,10 +275,8 @@ static errcode_t writeback(struct cache *c)
 			longest = i - start;
 	}
 	/* Sized to the longest run: the most a commit usually writes is a few blocks. */
-	if (longest > 1 && !(run = malloc(longest * c->bsize))) {
-		free(v);
+	if (longest > 1 && !(run = malloc(longest * c->bsize)))
 		return EXT2_ET_NO_MEMORY;
-	}
 	for (start = 0; start < k && !err; start = i) {
 		for (i = start + 1; i < k && i - start < CACHE_RUN_MAX && v[i]->blk == v[i - 1]->blk + 1; i++)
 			;
@@ -311,8 +307,100 @@ static errcode_t writeback(struct cache *c)
 			break;
 	}
 	free(run);
+	return err;
+}
+
+/*
+ * Under a journal: v[0..k) in transactions of at most the journal's
+ * capacity, each committed (jnl.log) before its blocks go home (the
+ * writer's rule 3), home flushed before the log is said empty (rule 4).
+ * A transaction that cannot be committed leaves its blocks dirty and
+ * unwritten: nothing half done reaches home.
+ */
+static errcode_t writeback_journaled(struct cache *c, struct cache_ent **v, size_t k)
+{
+	const struct io_cache_journal *j = &c->jnl;
+	const unsigned char **data;
+	blk64_t *blks;
+	errcode_t err = 0;
+	size_t s, n, i;
+
+	blks = malloc((j->capacity < k ? j->capacity : k) * sizeof(*blks));
+	data = malloc((j->capacity < k ? j->capacity : k) * sizeof(*data));
+	if (!blks || !data) {
+		free(blks);
+		free(data);
+		return EXT2_ET_NO_MEMORY;
+	}
+	if (k > j->capacity) {
+		c->st.split++;
+		j->too_big(j->arg, k);
+	}
+	for (s = 0; s < k && !err; s += n) {
+		n = k - s < j->capacity ? k - s : j->capacity;
+		for (i = 0; i < n; i++) {
+			blks[i] = v[s + i]->blk;
+			data[i] = v[s + i]->data;
+		}
+		if (j->log(j->arg, n, blks, data)) {
+			err = EXT2_ET_SHORT_WRITE;
+			if (!c->werr) {
+				c->werr = err;
+				c->werr_blk = blks[0];
+				c->werr_count = 1;
+			}
+			break;
+		}
+		c->st.transactions++;
+		err = write_home(c, v + s, n);
+		if (!err)
+			err = io_channel_flush(c->layer.lower);
+		if (err)
+			j->abort(j->arg);	/* the log holds the only good copy: it stays */
+		else if (j->checkpointed(j->arg))
+			err = EXT2_ET_SHORT_WRITE;
+	}
+	free(blks);
+	free(data);
+	return err;
+}
+
+/*
+ * Every dirty block to the device, in block order.  *flushed (may be NULL):
+ * the device was flushed after them (a journal's checkpoint).
+ */
+static errcode_t writeback_flushed(struct cache *c, int *flushed)
+{
+	struct cache_ent **v, *e;
+	errcode_t err;
+	size_t k = 0;
+
+	if (flushed)
+		*flushed = 0;
+	if (!c->ndirty)
+		return 0;
+	v = malloc(c->ndirty * sizeof(*v));
+	if (!v)
+		return EXT2_ET_NO_MEMORY;
+	for (e = c->lru.next; e != &c->lru; e = e->next)
+		if (e->dirty)
+			v[k++] = e;
+	qsort(v, k, sizeof(*v), by_block);
+	if (c->jnl.log) {
+		err = writeback_journaled(c, v, k);
+		if (flushed)
+			*flushed = !err;
+		atomic_store(&c->full, c->ndirty >= c->jnl.want);
+	} else {
+		err = write_home(c, v, k);
+	}
 	free(v);
 	return err;
+}
+
+static errcode_t writeback(struct cache *c)
+{
+	return writeback_flushed(c, NULL);
 }
 
 /* After the lock is released: the channel's handler hears of a failed write-back. */
@@ -342,6 +430,17 @@ static errcode_t make_room(struct cache *c)
 	struct cache_ent *e;
 	errcode_t err;
 
+	if (c->jnl.log) {
+		/* Mid-operation: nothing goes home here; past the bound until the fs commits. */
+		for (e = c->lru.prev; c->n >= c->max && e != &c->lru;) {
+			struct cache_ent *prev = e->prev;
+
+			if (!e->dirty)
+				drop(c, e);
+			e = prev;
+		}
+		return 0;
+	}
 	if (c->ndirty >= c->max / 8 * CACHE_DIRTY_EIGHTHS) {
 		err = writeback(c);
 		if (err)
@@ -510,6 +609,32 @@ static int any_dirty(struct cache *c, blk64_t blk, uint64_t count)
 	return 0;
 }
 
+/* The bytes [off, off+len) at buf learn what the cache's dirty blocks hold there. */
+static void overlay_dirty(struct cache *c, uint64_t off, uint64_t len, void *buf)
+{
+	uint64_t b;
+
+	for (b = off / c->bsize; len && b <= (off + len - 1) / c->bsize; b++) {
+		struct cache_ent *e = lookup(c, b);
+		uint64_t bstart = b * c->bsize, from = off > bstart ? off : bstart;
+		uint64_t to = off + len < bstart + c->bsize ? off + len : bstart + c->bsize;
+
+		if (e && e->dirty)
+			memcpy((char *)buf + (from - off), e->data + (from - bstart), to - from);
+	}
+}
+
+/* Under a journal, a block just made dirty may fill the transaction: the fs hears of it. */
+static void mark_dirty(struct cache *c, struct cache_ent *e)
+{
+	if (e->dirty)
+		return;
+	e->dirty = 1;
+	c->ndirty++;
+	if (c->jnl.log && c->ndirty >= c->jnl.want)
+		atomic_store(&c->full, 1);
+}
+
 static errcode_t cache_read_blk64(io_channel ch, unsigned long long block, int count, void *data)
 {
 	struct cache *c = ch->private_data;
@@ -523,9 +648,15 @@ static errcode_t cache_read_blk64(io_channel ch, unsigned long long block, int c
 		/* Bytes (the superblock at open): from the device, after what is dirty there. */
 		uint64_t bytes = (uint64_t)-count;
 
-		if (any_dirty(c, block, (bytes + c->bsize - 1) / c->bsize))
+		if (c->jnl.log) {
+			/* Nothing goes home outside a commit: the device's bytes, then what is dirty here. */
+			err = io_channel_read_blk64(c->layer.lower, block, count, data);
+			if (!err)
+				overlay_dirty(c, (uint64_t)block * c->bsize, bytes, data);
+		} else if (any_dirty(c, block, (bytes + c->bsize - 1) / c->bsize)) {
 			err = writeback(c);
-		if (!err)
+		}
+		if (!err && !c->jnl.log)
 			err = io_channel_read_blk64(c->layer.lower, block, count, data);
 		pthread_mutex_unlock(&c->lock);
 		return report(ch, err);
@@ -562,6 +693,39 @@ static errcode_t cache_read_blk64(io_channel ch, unsigned long long block, int c
 	return report(ch, 0);
 }
 
+/* Under a journal: the bytes patch their blocks here (read first if need be), dirty, for the next transaction. */
+static errcode_t write_byte_journaled(struct cache *c, unsigned long offset, int size, const void *data)
+{
+	unsigned char *buf;
+	uint64_t b;
+	errcode_t err = 0;
+
+	if (size <= 0)
+		return 0;
+	buf = malloc(c->bsize);
+	if (!buf)
+		return EXT2_ET_NO_MEMORY;
+	for (b = offset / c->bsize; !err && b <= (offset + (unsigned long)size - 1) / c->bsize; b++) {
+		uint64_t bstart = b * c->bsize, from = offset > bstart ? offset : bstart;
+		uint64_t to = offset + (unsigned long)size < bstart + c->bsize ? offset + (unsigned long)size
+								     : bstart + c->bsize;
+		struct cache_ent *e = lookup(c, b);
+
+		if (!e) {
+			err = io_channel_read_blk64(c->layer.lower, b, 1, buf);
+			if (!err && !(e = insert(c, b, buf)))
+				err = EXT2_ET_NO_MEMORY;
+			if (err)
+				break;
+		}
+		sum_drop(c, b);
+		memcpy(e->data + (from - bstart), (const char *)data + (from - offset), to - from);
+		mark_dirty(c, e);
+	}
+	free(buf);
+	return err;
+}
+
 static errcode_t cache_write_byte(io_channel ch, unsigned long offset, int size, const void *data)
 {
 	struct cache *c = ch->private_data;
@@ -570,6 +734,11 @@ static errcode_t cache_write_byte(io_channel ch, unsigned long offset, int size,
 	uint64_t b;
 
 	pthread_mutex_lock(&c->lock);
+	if (c->jnl.log) {
+		err = write_byte_journaled(c, offset, size, data);
+		pthread_mutex_unlock(&c->lock);
+		return report(ch, err);
+	}
 	err = writeback(c);
 	if (!err)
 		err = io_channel_write_byte(c->layer.lower, offset, size, data);
@@ -614,6 +783,10 @@ static errcode_t cache_write_blk64(io_channel ch, unsigned long long block, int 
 				continue;	/* the device holds these bytes */
 			sum_drop(c, block + (unsigned int)i);
 			e = insert(c, block + (unsigned int)i, p);
+			if (!e && c->jnl.log) {
+				err = EXT2_ET_NO_MEMORY;	/* home now would be outside a transaction */
+				break;
+			}
 			if (!e) {
 				/* No memory: this block goes to the device now, in order. */
 				err = writeback(c);
@@ -624,10 +797,7 @@ static errcode_t cache_write_blk64(io_channel ch, unsigned long long block, int 
 				continue;
 			}
 		}
-		if (!e->dirty) {
-			e->dirty = 1;
-			c->ndirty++;
-		}
+		mark_dirty(c, e);
 	}
 	pthread_mutex_unlock(&c->lock);
 	return report(ch, err);
@@ -648,11 +818,37 @@ static errcode_t cache_flush(io_channel ch)
 	struct cache *c = ch->private_data;
 	errcode_t err;
 
+	int flushed;
+
 	pthread_mutex_lock(&c->lock);
-	err = writeback(c);
+	err = writeback_flushed(c, &flushed);
 	pthread_mutex_unlock(&c->lock);
 	err = report(ch, err);
-	return err ? err : io_channel_flush(c->layer.lower);
+	/* A journal's checkpoint ended with a flush already. */
+	return err || flushed ? err : io_channel_flush(c->layer.lower);
+}
+
+int io_cache_set_journal(io_channel ch, const struct io_cache_journal *j)
+{
+	struct cache *c = cache_of(ch);
+
+	if (!c)
+		return -1;
+	pthread_mutex_lock(&c->lock);
+	if (j)
+		c->jnl = *j;
+	else
+		memset(&c->jnl, 0, sizeof(c->jnl));
+	atomic_store(&c->full, j && c->ndirty >= j->want);
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+int io_cache_journal_full(io_channel ch)
+{
+	struct cache *c = cache_of(ch);
+
+	return c && atomic_load_explicit(&c->full, memory_order_relaxed);
 }
 
 int io_cache_stats(io_channel ch, struct io_cache_stats *st)

@@ -10,9 +10,12 @@
  *
  * This is the order, and the only place that states it: a layer that keeps
  * metadata (the cache) sits above the faults, so a fault shows where the
- * device would show it (at a miss, at write-back).  A journal's manager
- * goes above the cache (its commit writes the cache's dirty blocks to the
- * journal first), a write recorder just above the device.  Journal
+ * device would show it (at a miss, at write-back).  The journal writer
+ * (src/journal/writer.h) is no manager of its own: it is the cache's
+ * write-back hook (io_cache_set_journal), which logs the dirty blocks as a
+ * transaction through the channel under the cache before it writes them
+ * home, so its writes meet fault injection as any.  A write recorder would
+ * go just above the device.  Journal
  * recovery at mount (src/journal/) reads and writes the device's channel
  * (io_bottom) directly, under the cache and fault injection, on a
  * filesystem handle it then closes unwritten.

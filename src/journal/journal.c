@@ -399,9 +399,41 @@ int jnl_mark_empty(struct jnl *j, uint32_t next_seq)
 {
 	j->sb->s_start = 0;
 	j->sb->s_sequence = htobe32(next_seq);
-	if (j->csum)
-		j->sb->s_checksum = htobe32(sb_csum(j->sb));
-	if (io_channel_write_blk64(j->dev, map_block(j, 0), 1, j->sbbuf) || io_channel_flush(j->dev))
+	if (jnl_write_sb(j) || io_channel_flush(j->dev))
 		return -EIO;
 	return 0;
+}
+
+int jnl_write(struct jnl *j, uint32_t blk, uint32_t count, const void *buf)
+{
+	const unsigned char *p = buf;
+
+	if ((uint64_t)blk + count > j->maxlen)
+		return -EIO;
+	while (count) {
+		blk64_t phys = map_block(j, blk);
+		uint32_t n = 1;
+
+		/* As many blocks as lie contiguous on disk: one write for a journal mke2fs made. */
+		while (n < count && map_block(j, blk + n) == phys + n)
+			n++;
+		if (io_channel_write_blk64(j->dev, phys, (int)n, p))
+			return -EIO;
+		blk += n;
+		count -= n;
+		p += (size_t)n * j->bsize;
+	}
+	return 0;
+}
+
+void jnl_sb_csum_set(struct jnl *j)
+{
+	if (j->csum)
+		j->sb->s_checksum = htobe32(sb_csum(j->sb));
+}
+
+int jnl_write_sb(struct jnl *j)
+{
+	jnl_sb_csum_set(j);
+	return jnl_write(j, 0, 1, j->sbbuf);
 }

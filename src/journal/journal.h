@@ -62,4 +62,11 @@ int jnl_tag_csum_ok(const struct jnl *j, const void *tag, uint32_t sequence, con
  */
 int jnl_mark_empty(struct jnl *j, uint32_t next_seq);
 
+/* Write journal blocks [blk, blk+count) from buf, by the runs they lie in: 0 or -EIO (no flush). */
+int jnl_write(struct jnl *j, uint32_t blk, uint32_t count, const void *buf);
+/* The superblock's checksum, under csum v2/v3, for what sbbuf holds now. */
+void jnl_sb_csum_set(struct jnl *j);
+/* The superblock as sbbuf holds it, checksummed and written (no flush): 0 or -EIO. */
+int jnl_write_sb(struct jnl *j);
+
 #endif

@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The journal writer: each commit of rrfuse is one jbd2 transaction in the
+ * image's internal journal, in the format the kernel's ext4 writes (the
+ * journal's features set at start as ext4's mount sets them), so that the
+ * kernel, e2fsck and rrfuse (recover.c) all replay it.
+ *
+ * The scheme is the simplest correct one: the log is empty between
+ * commits.  A transaction always starts at the log's first block; once its
+ * commit block is durable its blocks are written home (by the metadata
+ * cache, io/cache.c, which calls jw_log and jw_checkpointed around its
+ * write-back), flushed, and the journal superblock then says the log is
+ * empty from the next transaction on.  So no transaction is ever left in
+ * the log behind a newer one, nothing wraps, and no revoke record is
+ * needed: a block freed in transaction T and reused in T+1 has no copy in
+ * the log that a replay could apply.  Transaction ids only grow, from the
+ * journal superblock's s_sequence at start, across mounts.
+ *
+ * The ordering rules (data=ordered), each kept where it is named:
+ *   1. file data before the commit block: the data path's writes have
+ *      returned before the commit (under the fs lock) starts, and the
+ *      flush after the log blocks makes them durable with them (jw_log);
+ *   2. log blocks and the superblock naming them before the commit block:
+ *      a flush between them (jw_log);
+ *   3. the commit block durable before any home write: a flush after it
+ *      (jw_log), home writes only after jw_log returned 0 (cache.c);
+ *   4. home writes durable before the log is said empty: a flush between
+ *      them (cache.c), then jw_checkpointed;
+ *   5. the empty log durable before the next transaction's commit block:
+ *      that transaction's flush of rule 2.
+ */
+#ifndef RRFUSE_JOURNAL_WRITER_H
+#define RRFUSE_JOURNAL_WRITER_H
+
+#include <stddef.h>
+#include <ext2fs/ext2fs.h>
+
+struct jw;
+
+/*
+ * Open fs's internal journal for writing through dev (the channel under
+ * the metadata cache): it must be empty (replayed already); its features
+ * are set as the kernel's ext4 sets them at mount (csum v3 under
+ * metadata_csum, none otherwise; 64-bit tags on a 64bit filesystem) and
+ * its superblock written and flushed.  RRFUSE_JOURNAL_CRASH, read here,
+ * names a point at which the daemon kills itself (tests only): "log",
+ * "commit" or "home", optionally ":N" for the Nth transaction from here.
+ * 0, or a negative errno with the reason in msg.
+ */
+int jw_open(ext2_filsys fs, io_channel dev, struct jw **out, char *msg, size_t msglen);
+/* The superblock's last update made durable; w freed.  0 or -EIO. */
+int jw_close(struct jw *w);
+
+/* Metadata blocks one transaction holds (descriptors and commit block aside). */
+size_t jw_capacity(const struct jw *w);
+
+/*
+ * One transaction of n (<= jw_capacity) blocks: blks[i]'s new content is
+ * data[i].  Returns once the commit block is durable: 0, or -EIO (nothing
+ * may then be written home; the writer refuses every later transaction,
+ * as jbd2 aborts a journal).
+ */
+int jw_log(struct jw *w, size_t n, const blk64_t *blks, const unsigned char *const *data);
+/* The last transaction's blocks are home and flushed: the log is empty (written, not flushed). */
+int jw_checkpointed(struct jw *w);
+/* The home writes failed: the log keeps the only good copy, so nothing more is written. */
+void jw_abort(struct jw *w);
+
+/* Transactions committed since jw_open, and the next one's id. */
+void jw_stats(const struct jw *w, uint64_t *transactions, uint32_t *next_seq);
+
+#endif

@@ -1,0 +1,440 @@
+"""rrfuse writes the jbd2 journal (issue 16, second increment): every
+commit is a transaction that the kernel, e2fsck and rrfuse replay.
+
+The daemon is stopped at a named point of a commit with
+RRFUSE_JOURNAL_CRASH (src/journal/writer.h): "commit:N" kills it once the
+Nth transaction's commit block is durable and before any of its blocks is
+written home, so the image holds a committed, un-checkpointed transaction,
+as a power cut there would leave it.  Mounts use commit=600 so that only
+the test's fsyncs make transactions and N counts them.
+"""
+
+import hashlib
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+import conftest
+from conftest import (Mount, fsck, kernel_check, kill_daemon, loop_works, make_image,
+                      pattern, require_binary, require_fuse, require_root,
+                      require_tools, snapshot)
+
+pytestmark = pytest.mark.rrfuse_only
+
+CRASH_ENV = "RRFUSE_JOURNAL_CRASH"
+QUIET = "commit=600"                    # transactions only at the test's fsyncs
+
+CSUM_V3 = []                            # mke2fs defaults: metadata_csum, 64bit
+NO_CSUM = ["-O", "^metadata_csum,^64bit"]
+ONE_K = ["-b", "1024"]
+TINY = ["-b", "1024", "-J", "size=1"]   # 1024 journal blocks: a transaction holds ~1000
+
+
+@pytest.fixture(autouse=True)
+def _requirements():
+    require_tools()
+    require_binary()
+    require_fuse()
+    require_root("mounting")
+
+
+def mount(image, opts=QUIET, crash=None):
+    m = Mount(image, opts=opts)
+    old = os.environ.pop(CRASH_ENV, None)
+    if crash:
+        os.environ[CRASH_ENV] = crash
+    try:
+        m.mount()
+    finally:
+        os.environ.pop(CRASH_ENV, None)
+        if old is not None:
+            os.environ[CRASH_ENV] = old
+    return m
+
+
+def crashed(m):
+    """The daemon stopped itself at its crash point: clear the dead mount."""
+    deadline = time.monotonic() + 10
+    while m.proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert m.proc.poll() is not None, "the daemon did not stop at its crash point"
+    log = m.daemon_log
+    kill_daemon(m)
+    m.cleanup()
+    assert "crash point" in log, log
+
+
+def fsync_file(path, data):
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def dumpe2fs(image, field):
+    out = subprocess.run(["dumpe2fs", "-h", image], capture_output=True, text=True).stdout
+    m = re.search(r"^%s:\s+(.*)$" % re.escape(field), out, re.M)
+    return m.group(1).strip() if m else None
+
+
+def features(image):
+    return (dumpe2fs(image, "Filesystem features") or "").split()
+
+
+def logdump(image):
+    out = subprocess.run(["debugfs", "-R", "logdump", image], capture_output=True, text=True).stdout
+    return [(int(s), int(t), int(b)) for s, t, b in
+            re.findall(r"Found expected sequence (\d+), type (\d+) \(.*?\) at block (\d+)", out)], out
+
+
+def copy(image, name):
+    dst = os.path.join(os.path.dirname(image), name)
+    shutil.copyfile(image, dst)
+    return dst
+
+
+def rrfuse_replay(image):
+    """Mount (rrfuse replays), snapshot, unmount; the daemon's log and the tree."""
+    m = mount(image, opts="")
+    try:
+        snap = snapshot(m.mnt)
+        m.unmount()
+    finally:
+        m.cleanup()
+    return m.daemon_log, snap
+
+
+def kernel_replay(image):
+    d = os.path.join(os.path.dirname(image), "kmnt")
+    os.makedirs(d, exist_ok=True)
+    subprocess.run(["mount", "-t", "ext4", "-o", "loop", image, d], check=True)
+    try:
+        snap = snapshot(d)
+    finally:
+        subprocess.run(["umount", d], check=True)
+    return snap
+
+
+def crash_after_commit(mkfs_args, nfiles=6, size="64M"):
+    """Files each fsync'd (one transaction each); the daemon stops after
+    the last one's commit block.  The image and {name: bytes}."""
+    image = make_image(size=size, mkfs_args=mkfs_args)
+    m = mount(image, crash="commit:%d" % nfiles)
+    want = {}
+    try:
+        for i in range(nfiles):
+            name = "d%d/f%d" % (i % 2, i)
+            os.makedirs(m.path("d%d" % (i % 2)), exist_ok=True)
+            data = pattern(i, 1000 + 3000 * i)
+            want[name] = data
+            try:
+                fsync_file(m.path(name), data)
+            except OSError:
+                assert i == nfiles - 1, "the daemon stopped before transaction %d" % nfiles
+    finally:
+        crashed(m)
+    return image, want
+
+
+def check_files(snap_root_files, want):
+    for name, data in want.items():
+        assert snap_root_files.get(name) == data, "%s lost or wrong after the replay" % name
+
+
+def read_tree(image, kernel=False):
+    """{relative path: bytes} of the regular files, read by a mount."""
+    m = Mount(image, opts="ro" if not kernel else "ro,norecovery", kernel=kernel)
+    m.mount()
+    try:
+        out = {}
+        for root, _, files in os.walk(m.mnt):
+            for f in files:
+                p = os.path.join(root, f)
+                with open(p, "rb") as fh:
+                    out[os.path.relpath(p, m.mnt)] = fh.read()
+        m.unmount()
+    finally:
+        m.cleanup()
+    return out
+
+
+# ------------------------------------------------------------------ format
+
+@pytest.mark.parametrize("mkfs_args,jfeatures", [
+    (CSUM_V3, "journal_64bit journal_checksum_v3"), (NO_CSUM, "(none)"), (ONE_K, None)],
+    ids=["csum_v3", "no_csum_32bit", "1k_blocks"])
+def test_transaction_format(mkfs_args, jfeatures):
+    """The committed transaction is what debugfs logdump reads: a
+    descriptor and a commit block of the expected id, the journal's
+    features set as the kernel's mount sets them; e2fsck -n sees only a
+    journal to recover."""
+    image, _ = crash_after_commit(mkfs_args, nfiles=3)
+    assert "needs_recovery" in features(image)
+    if jfeatures:
+        assert dumpe2fs(image, "Journal features") == jfeatures
+    seq = int(dumpe2fs(image, "Journal sequence"), 16)
+    assert int(dumpe2fs(image, "Journal start")) == 1
+    blocks, out = logdump(image)
+    types = [(s, t) for s, t, _ in blocks]
+    assert types and types[0] == (seq, 1) and types[-1] == (seq, 2), out
+    assert all(s == seq for s, _ in types), out
+    assert "checksum" not in out.lower() or "bad" not in out.lower(), out
+    r = subprocess.run(["e2fsck", "-fn", image], capture_output=True, text=True)
+    assert "skipping journal recovery" in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+# ------------------------------------------------------------- interchange
+
+@pytest.mark.parametrize("mkfs_args", [CSUM_V3, NO_CSUM, TINY], ids=["csum_v3", "no_csum_32bit", "tiny_1k"])
+def test_interchange(mkfs_args):
+    """A crash after a commit block: e2fsck -fy, the kernel and rrfuse each
+    replay a copy; each is then e2fsck -fn clean, holds every file fsync'd
+    before the crash, and the three trees are equal."""
+    if not loop_works():
+        pytest.skip("needs working loop devices")
+    image, want = crash_after_commit(mkfs_args)
+    a = copy(image, "a.img")
+    k = copy(image, "k.img")
+    r = subprocess.run(["e2fsck", "-fy", a], capture_output=True, text=True)
+    assert r.returncode in (0, 1), r.stdout + r.stderr
+    ksnap = kernel_replay(k)
+    log, rsnap = rrfuse_replay(image)
+    assert "replayed 1 transaction" in log, log
+    for img in (a, k, image):
+        rc, out = fsck(img)
+        assert rc == 0, "%s: %s" % (img, out)
+        assert "needs_recovery" not in features(img)
+    diffs = conftest.compare_snapshots(rsnap, ksnap)
+    assert not diffs, "rrfuse's replay and the kernel's differ:\n" + "\n".join(diffs)
+    kernel_check(a, rsnap)              # e2fsck's replay gives the same tree
+    files = read_tree(image)
+    check_files(files, want)
+
+
+# ------------------------------------------------------ old transactions
+
+def test_old_transactions_never_replayed():
+    """Many transactions, a remount, a few more, a crash: the replay
+    applies the last one only, and ids grow across mounts."""
+    image = make_image(size="64M")
+    m = mount(image)
+    try:
+        for i in range(30):
+            fsync_file(m.path("old%d" % i), pattern(i, 5000))
+        m.unmount()
+    finally:
+        m.cleanup()
+    seq1 = int(dumpe2fs(image, "Journal sequence"), 16)
+    assert seq1 >= 31
+    assert "needs_recovery" not in features(image)
+    m = mount(image, crash="commit:3")
+    try:
+        for i in range(3):
+            try:
+                fsync_file(m.path("new%d" % i), pattern(100 + i, 7000))
+            except OSError:
+                assert i == 2
+    finally:
+        crashed(m)
+    seq2 = int(dumpe2fs(image, "Journal sequence"), 16)
+    assert seq2 == seq1 + 2
+    log, _ = rrfuse_replay(image)
+    assert "replayed 1 transaction (%d to %d)" % (seq2, seq2) in log, log
+    rc, out = fsck(image)
+    assert rc == 0, out
+    files = read_tree(image)
+    for i in range(30):
+        assert files["old%d" % i] == pattern(i, 5000)
+    for i in range(3):
+        assert files["new%d" % i] == pattern(100 + i, 7000)
+
+
+def test_crash_points_before_commit_and_after_home():
+    """Stopped before the commit block, the transaction is not replayed
+    (the state before it stands); stopped after its home writes, the
+    replay rewrites what is home already.  Both e2fsck -fn clean."""
+    for point, present in (("log:2", False), ("home:2", True)):
+        image = make_image(size="64M")
+        m = mount(image, crash=point)
+        try:
+            fsync_file(m.path("first"), pattern(1, 9000))
+            try:
+                fsync_file(m.path("second"), pattern(2, 9000))
+            except OSError:
+                pass
+        finally:
+            crashed(m)
+        log, _ = rrfuse_replay(image)
+        rc, out = fsck(image)
+        assert rc == 0, point + out
+        files = read_tree(image)
+        assert files["first"] == pattern(1, 9000), point
+        assert ("second" in files) == present, (point, log)
+
+
+# ------------------------------------------------------- a tiny journal
+
+def test_tiny_journal_big_operations():
+    """A 1 MiB journal (1024 blocks of 1 KiB) and operations that dirty
+    many blocks at once: thousands of creates, a big truncate, a big
+    rm -rf.  Transactions are committed as they fill; the image is clean
+    and the kernel reads it back."""
+    image = make_image(size="256M", mkfs_args=TINY)
+    m = mount(image, opts="")
+    try:
+        os.makedirs(m.path("many"))
+        for i in range(3000):
+            with open(m.path("many", "f%05d" % i), "wb") as f:
+                f.write(b"x" * (i % 3000))
+        with open(m.path("big"), "wb") as f:
+            for i in range(96):
+                f.write(pattern(i, 1 << 20))
+        os.sync()
+        os.truncate(m.path("big"), 4096)
+        subprocess.run(["rm", "-rf", m.path("many")], check=True)
+        snap = snapshot(m.mnt)
+        m.unmount()
+    finally:
+        m.cleanup()
+    assert "did not fit" not in m.daemon_log, m.daemon_log
+    rc, out = fsck(image)
+    assert rc == 0, out
+    if loop_works():
+        kernel_check(image, snap)
+
+
+# ------------------------------------------------------- crash anywhere
+
+WORKLOAD = r'''
+import hashlib, os, random, sys
+root, log, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
+rnd = random.Random(seed)
+lf = open(log, "a", buffering=1)
+def note(*a):
+    lf.write(" ".join(a) + "\n"); lf.flush(); os.fsync(lf.fileno())
+n = 0
+os.makedirs(os.path.join(root, "keep"), exist_ok=True)
+os.makedirs(os.path.join(root, "churn"), exist_ok=True)
+while True:
+    n += 1
+    op = rnd.random()
+    if op < 0.25:
+        # a kept file: written, fsync'd, then only ever renamed whole
+        name = "keep/k%d_%d" % (seed, n)
+        data = os.urandom(rnd.choice([100, 5000, 70000]))
+        with open(os.path.join(root, name), "wb") as f:
+            f.write(data); f.flush(); os.fsync(f.fileno())
+        note("F", name, hashlib.sha256(data).hexdigest())
+        if rnd.random() < 0.5:
+            note("R", name, name + ".r")
+            os.rename(os.path.join(root, name), os.path.join(root, name + ".r"))
+    elif op < 0.55:
+        p = os.path.join(root, "churn", "c%d" % rnd.randrange(200))
+        with open(p, "ab") as f:
+            f.write(os.urandom(rnd.randrange(1, 20000)))
+    elif op < 0.7:
+        p = os.path.join(root, "churn", "c%d" % rnd.randrange(200))
+        if os.path.exists(p):
+            os.truncate(p, rnd.randrange(0, 10000))
+    elif op < 0.85:
+        p = os.path.join(root, "churn", "c%d" % rnd.randrange(200))
+        if os.path.exists(p):
+            os.unlink(p)
+    elif op < 0.95:
+        d = os.path.join(root, "churn", "d%d" % rnd.randrange(20))
+        if os.path.isdir(d):
+            for e in os.listdir(d):
+                os.unlink(os.path.join(d, e))
+            os.rmdir(d)
+        else:
+            os.makedirs(d)
+            for i in range(rnd.randrange(1, 30)):
+                open(os.path.join(d, "e%d" % i), "wb").write(b"y" * i)
+    else:
+        a = os.path.join(root, "churn", "c%d" % rnd.randrange(200))
+        b = os.path.join(root, "churn", "c%d" % rnd.randrange(200))
+        if os.path.exists(a):
+            os.rename(a, b)
+'''
+
+
+def crash_rounds(rounds, opts="", mkfs_args=(), seconds=(0.5, 2.5), seed=None):
+    """SIGKILL rrfuse at a random moment of a busy workload, round after
+    round on one image; after each, rrfuse's replay must leave an image
+    e2fsck -fn finds clean, every fsync'd file intact, every rename
+    atomic.  Returns what was not: e2fsck's reports, files lost or
+    changed, renames seen twice or not at all."""
+    rnd = random.Random(seed)
+    image = make_image(size="128M", mkfs_args=mkfs_args)
+    work = os.path.join(os.path.dirname(image), "workload.py")
+    with open(work, "w") as f:
+        f.write(WORKLOAD)
+    log = os.path.join(os.path.dirname(image), "fsynced.log")
+    bad = []
+    for rnd_i in range(rounds):
+        m = mount(image, opts=opts)
+        proc = subprocess.Popen([sys.executable, work, m.mnt, log, str(rnd.randrange(1 << 30))],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rnd.uniform(*seconds))
+        kill_daemon(m)
+        m.cleanup()
+        proc.kill()
+        proc.wait()
+        # rrfuse replays at mount and unmounts clean
+        mm = mount(image, opts=opts)
+        try:
+            files = {}
+            for root, _, names in os.walk(mm.path("keep")):
+                for n in names:
+                    with open(os.path.join(root, n), "rb") as fh:
+                        files["keep/" + n] = hashlib.sha256(fh.read()).hexdigest()
+            mm.unmount()
+        finally:
+            mm.cleanup()
+        rc, out = fsck(image)
+        if rc != 0:
+            bad.append(out)
+        renamed, kept = {}, {}
+        with open(log) as f:
+            for line in f:
+                w = line.split()
+                if w[0] == "F":
+                    kept[w[1]] = w[2]
+                elif w[0] == "R":
+                    renamed[w[1]] = w[2]
+        now = {}
+        for name, digest in kept.items():
+            here = [n for n in (name, renamed.get(name)) if n and n in files]
+            if len(here) != 1:
+                bad.append("round %d: %s: %s after the crash" % (
+                    rnd_i, name, "both names" if here else "lost"))
+            elif files[here[0]] != digest:
+                bad.append("round %d: %s changed" % (rnd_i, here[0]))
+            else:
+                now[here[0]] = digest
+        # what the next round starts from: the names as they are now
+        with open(log, "w") as f:
+            for name, digest in now.items():
+                f.write("F %s %s\n" % (name, digest))
+    return bad
+
+
+@pytest.mark.parametrize("mkfs_args", [CSUM_V3, TINY], ids=["csum_v3", "tiny_1k"])
+def test_crash_anywhere(mkfs_args):
+    rounds = int(os.environ.get("RRFUSE_CRASH_ROUNDS", "4"))
+    bad = crash_rounds(rounds, mkfs_args=mkfs_args)
+    assert not bad, "damage after a crash:\n" + "\n----\n".join(bad)
+
+
+def test_crash_test_sees_damage_without_journal():
+    """The crash test's control: with the journal off and no cache
+    (cache_mb=0: every metadata write straight home, as rrfuse wrote
+    before either), the same kills leave images e2fsck must repair."""
+    bad = crash_rounds(3, opts="nojournal,cache_mb=0", seed=1)
+    assert bad, "three kills without a journal left clean images: the crash test tests nothing"
