@@ -19,13 +19,13 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "mount"))
 
-import test_journal_write as t  # noqa: E402
-
 
 def main():
     if len(sys.argv) > 1 and (sys.argv[1] in ("-h", "--help") or not sys.argv[1].isdigit()):
         print(__doc__.strip(), file=sys.stdout if sys.argv[1] in ("-h", "--help") else sys.stderr)
         return 0 if sys.argv[1] in ("-h", "--help") else 2
+    import test_journal_write as t  # the test's rounds, after the arguments are checked
+
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 50
     opts = sys.argv[2] if len(sys.argv) > 2 else ""
     mkfs = sys.argv[3:]
