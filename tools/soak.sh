@@ -45,12 +45,17 @@ while [ "$(date +%s)" -lt $end ]; do
 	fsx=$!
 	/usr/bin/python3 "$top/tests/stress/rrmix.py" "$w/mnt/mix" --seed "$round" --ops 600 \
 		--span 96 >"$w/mix.out" 2>&1 &
+	others=($!)
 	"$build/rrunlink" -w 2 -t 20 "$w/mnt/unlink" >"$w/unlink.out" 2>&1 &
+	others+=($!)
 	stress-ng --dnotify 2 --fallocate 2 -t 20 --temp-path "$w/mnt/ng" >"$w/ng.out" 2>&1 &
+	others+=($!)
 	fail=""
 	wait $fsx || fail="rrfsx"
-	wait %2 %3 %4 2>/dev/null
-	"$rr" -u "$w/mnt" >>"$w/log" 2>&1 || fail="$fail rrfuse -u"
+	# Every workload, by pid: an unmount while one still runs is refused (EBUSY).
+	wait "${others[@]}" 2>/dev/null
+	# A refused unmount fails the round, and must not leave the daemon waited for forever.
+	"$rr" -u "$w/mnt" >>"$w/log" 2>&1 || { fail="$fail rrfuse -u"; umount -l "$w/mnt"; }
 	wait $pid || fail="$fail daemon exit $?"
 	grep -q "Sanitizer\|runtime error" "$w/log" && fail="$fail sanitizer report"
 	e2fsck -fn "$w/img" >"$w/fsck" 2>&1 || fail="$fail e2fsck"
