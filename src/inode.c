@@ -264,7 +264,11 @@ void rr_iput(struct rr_fs *rfs, struct rr_inode *ri, uint64_t nlookup, int close
 		rr_inode_gone(rfs, ri);
 }
 
-void rr_itab_destroy(struct rr_fs *rfs)
+/*
+ * Free every in-memory inode, deleting those unlinked; the table itself stays,
+ * because the unmount's orphan cleanup looks inodes up again after this.
+ */
+void rr_itab_empty(struct rr_fs *rfs)
 {
 	struct rr_itab *t = &rfs->itab;
 	size_t i;
@@ -278,13 +282,20 @@ void rr_itab_destroy(struct rr_fs *rfs)
 			ext2_ino_t ino = ri->ino;
 
 			next = ri->hnext;
+			t->hash[i] = next;
+			t->count--;
 			rr_inode_free(rfs, ri);
 			if (!rfs->ro)
 				inode_free_if_unlinked(rfs, ino);
 		}
 	}
-	free(t->hash);
-	t->hash = NULL;
+}
+
+void rr_itab_destroy(struct rr_fs *rfs)
+{
+	rr_itab_empty(rfs);
+	free(rfs->itab.hash);
+	rfs->itab.hash = NULL;
 }
 
 /* Caller holds the fs lock. */

@@ -425,7 +425,7 @@ int rr_fs_close(struct rr_fs *rfs)
 		return 0;
 	if (!rfs->ro && rr_fs_flush_delayed(rfs))
 		rr_log(LOG_ERR, "unmount: delayed data could not be written: it is lost");
-	rr_itab_destroy(rfs);
+	rr_itab_empty(rfs);
 	free(rfs->delayed.inos);
 	rfs->delayed.inos = NULL;
 	if (rfs->mounted) {
@@ -451,6 +451,8 @@ int rr_fs_close(struct rr_fs *rfs)
 		rfs->fs->super->s_wtime = (__u32)time(NULL);
 		ext2fs_mark_super_dirty(rfs->fs);
 	}
+	/* Empty since the orphan cleanup dropped what it looked up. */
+	rr_itab_destroy(rfs);
 	if (rfs->alloc)
 		rr_alloc_detach(rfs->alloc);
 	rfs->alloc = NULL;

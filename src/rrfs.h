@@ -250,6 +250,7 @@ void rr_fs_dirty(struct rr_fs *rfs);
 
 /* inode.c */
 int rr_itab_init(struct rr_itab *t);
+void rr_itab_empty(struct rr_fs *rfs);
 void rr_itab_destroy(struct rr_fs *rfs);
 struct rr_inode *rr_iget(struct rr_fs *rfs, ext2_ino_t ino);
 void rr_iopen(struct rr_fs *rfs, struct rr_inode *ri);

@@ -385,6 +385,35 @@ def test_crafted_truncate_orphan(mount_factory):
     assert listed(m.image) == []
 
 
+def test_unmount_finishes_a_truncate_that_failed():
+    """A shrinking truncate that fails halfway (here on an i_blocks that a
+    corrupt image says is 0) stays on the list; the unmount finishes it, and
+    looks the inode up again after every file is forgotten (it crashed there,
+    fuzz seed 20261205 case 257).  The image is corrupt: no e2fsck verdict,
+    but the daemon must exit 0 and the list be empty."""
+    import conftest
+    conftest.require_mount_backend()
+    image = make_image(size="64M", mkfs_args=("-O", "^metadata_csum"))
+    m = Mount(image)
+    m.mount()
+    with open(m.path("t"), "wb") as f:
+        f.write(pattern("t", 40000))
+    m.unmount()
+    debugfs(image, "sif /t i_blocks 0", write=True)
+    m.mount()
+    try:
+        with pytest.raises(OSError):
+            os.truncate(m.path("t"), 5000)
+    finally:
+        m.unmount()
+    assert "unmount: finishing orphans left on the list" in m.daemon_log, m.daemon_log
+    assert "fatal signal" not in m.daemon_log, m.daemon_log
+    assert listed(image) == []
+    m.cleanup()
+    if not conftest.KEEP:
+        conftest._rm_workdir(os.path.dirname(image))
+
+
 def test_corrupt_chain_loop(mount_factory):
     m = mount_factory()
     inos = unlinked_files(m.image, m, ["a", "b"])
