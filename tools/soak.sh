@@ -61,7 +61,7 @@ while [ "$(date +%s)" -lt $end ]; do
 	e2fsck -fn "$w/img" >"$w/fsck" 2>&1 || fail="$fail e2fsck"
 	if [ -n "$fail" ]; then
 		echo "soak: round $round (-o $o) FAILED:$fail; kept $w"
-		tail -20 "$w/log" "$w/fsck"
+		tail -n 20 "$w/fsx.out" "$w/log" "$w/fsck"
 		echo "soak: $passed passed, 1 failed"
 		exit 1
 	fi
