@@ -1,14 +1,15 @@
 #!/bin/bash
-# Soak: the mixed workloads at once, round after round, on a fresh image
+# Soak: the mixed workloads at once, round after round, on fresh images
 # each round, under a given build (an ASan/UBSan or TSan one finds most):
-# rrfsx (random operations against a reference copy), rrmix (writes, every
+# rrfsx (random operations against a reference copy, on a mount of its own
+# that never fills), and on one mount rrmix (writes, every
 # fallocate mode, truncates, unlinked-open files, to ENOSPC), rrunlink
 # (stress-ng's unlink stressor) and stress-ng's dnotify and fallocate
-# stressors.  After each round: rrfuse -u, the daemon's exit status, its
-# log (sanitizer reports), e2fsck -fn.  Stops at the first failure and
-# keeps its directory.
+# stressors.  After each round, for each mount: rrfuse -u, the daemon's
+# exit status, its log (sanitizer reports), e2fsck -fn.  Stops at the
+# first failure and keeps its directory.
 #   tools/soak.sh [--build DIR] [--minutes N] [--size SIZE] [--opts OPTS]
-# Needs root, /dev/fuse, stress-ng, python3.  CI runs a two-minute one.
+# Needs root, /dev/fuse, stress-ng, python3.  CI runs a one-minute one per build.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=$top/build minutes=20 size=512M opts=check
@@ -30,18 +31,39 @@ export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:exitcode=66}
 variants=("" "nodelalloc" "no_writeback_cache" "rralloc")
 end=$(($(date +%s) + minutes * 60))
 round=0 passed=0
+# Start rrfuse on image $1 at mount point $2 with options $3; its pid in $daemon.
+mount_rr() {
+	truncate -s "$size" "$1" && mke2fs -q -t ext4 -b 4096 "$1"
+	"$rr" "$1" "$2" -f ${3:+-o "$3"} 2>"$1.log" &
+	daemon=$!
+	for _ in $(seq 100); do mountpoint -q "$2" && break; sleep 0.1; done
+}
+
+# Unmount $2 (image $1), wait for daemon $3; what failed, appended to $fail.
+check_rr() {
+	# A refused unmount fails the round, and must not leave the daemon waited for forever.
+	"$rr" -u "$2" >>"$1.log" 2>&1 || { fail="$fail rrfuse -u $2"; umount -l "$2"; }
+	wait "$3" || fail="$fail daemon exit $? ($1)"
+	grep -q "Sanitizer\|runtime error" "$1.log" && fail="$fail sanitizer report ($1)"
+	e2fsck -fn "$1" >"$1.fsck" 2>&1 || fail="$fail e2fsck ($1)"
+}
+
 while [ "$(date +%s)" -lt $end ]; do
 	w=$(mktemp -d /var/tmp/rrsoak.XXXXXX)
 	v=${variants[$((round % ${#variants[@]}))]}
 	o=$opts${v:+,$v}
 	round=$((round + 1))
-	mkdir -p "$w/mnt" "$w/ref"
-	truncate -s "$size" "$w/img" && mke2fs -q -t ext4 -b 4096 "$w/img"
-	"$rr" "$w/img" "$w/mnt" -f ${o:+-o "$o"} 2>"$w/log" &
-	pid=$!
-	for _ in $(seq 100); do mountpoint -q "$w/mnt" && break; sleep 0.1; done
-	mkdir -p "$w/mnt/fsx" "$w/mnt/mix" "$w/mnt/unlink" "$w/mnt/ng"
-	"$build/tests/fsx/rrfsx" -k -s "$round" -n 20000 -t 4 "$w/mnt/fsx" "$w/ref" >"$w/fsx.out" 2>&1 &
+	mkdir -p "$w/mnt" "$w/fsxmnt" "$w/ref"
+	# rrfsx compares with a reference, so it must never meet ENOSPC; with
+	# the writeback cache a page refused for want of room is a hole, not
+	# an error to retry.  It runs on a filesystem of its own (the same
+	# build and options) while the others fill theirs.
+	mount_rr "$w/img" "$w/mnt" "$o"
+	pid=$daemon
+	mount_rr "$w/fsx.img" "$w/fsxmnt" "$o"
+	fsxpid=$daemon
+	mkdir -p "$w/mnt/mix" "$w/mnt/unlink" "$w/mnt/ng"
+	"$build/tests/fsx/rrfsx" -k -s "$round" -n 20000 -t 4 "$w/fsxmnt" "$w/ref" >"$w/fsx.out" 2>&1 &
 	fsx=$!
 	/usr/bin/python3 "$top/tests/stress/rrmix.py" "$w/mnt/mix" --seed "$round" --ops 600 \
 		--span 96 >"$w/mix.out" 2>&1 &
@@ -54,14 +76,11 @@ while [ "$(date +%s)" -lt $end ]; do
 	wait $fsx || fail="rrfsx"
 	# Every workload, by pid: an unmount while one still runs is refused (EBUSY).
 	wait "${others[@]}" 2>/dev/null
-	# A refused unmount fails the round, and must not leave the daemon waited for forever.
-	"$rr" -u "$w/mnt" >>"$w/log" 2>&1 || { fail="$fail rrfuse -u"; umount -l "$w/mnt"; }
-	wait $pid || fail="$fail daemon exit $?"
-	grep -q "Sanitizer\|runtime error" "$w/log" && fail="$fail sanitizer report"
-	e2fsck -fn "$w/img" >"$w/fsck" 2>&1 || fail="$fail e2fsck"
+	check_rr "$w/img" "$w/mnt" "$pid"
+	check_rr "$w/fsx.img" "$w/fsxmnt" "$fsxpid"
 	if [ -n "$fail" ]; then
 		echo "soak: round $round (-o $o) FAILED:$fail; kept $w"
-		tail -n 20 "$w/fsx.out" "$w/log" "$w/fsck"
+		tail -n 20 "$w/fsx.out" "$w/img.log" "$w/img.fsck" "$w/fsx.img.log" "$w/fsx.img.fsck"
 		echo "soak: $passed passed, 1 failed"
 		exit 1
 	fi
