@@ -506,11 +506,14 @@ static errcode_t shape(struct cache *c, unsigned int bsize)
 }
 
 /* The stack's data callback: file data is about to be read or written at [off, off+len). */
-static int cache_data(struct io_layer *l, int write, uint64_t off, uint64_t len)
+static int cache_data(struct io_layer *l, int write, uint64_t off, uint64_t len,
+		      const struct iovec *iov, int iovcnt)
 {
 	struct cache *c = (struct cache *)l;
 	uint64_t first, last;
 
+	(void)iov;
+	(void)iovcnt;
 	if (!write || !len)
 		return 0;
 	pthread_mutex_lock(&c->lock);

@@ -528,7 +528,7 @@ int io_data_read(io_channel ch, void *buf, size_t len, uint64_t off)
 {
 	struct io_dev *priv = dev_of(ch);
 	char *p = buf, *b;
-	int ret = io_layers_data(ch, 0, off, len);
+	int ret = io_layers_data(ch, 0, off, len, NULL, 0);
 
 	if (ret)
 		return ret;
@@ -561,7 +561,7 @@ int io_data_read_fd(io_channel ch, uint64_t off, size_t len, int *fd)
 
 	if (priv->dfd >= 0)
 		return -EOPNOTSUPP;	/* the data path bypasses the page cache: no pages to splice */
-	ret = io_layers_data(ch, 0, off, len);
+	ret = io_layers_data(ch, 0, off, len, NULL, 0);
 	if (ret)
 		return ret;
 	trace_io(TRACE_DATA, TRACE_READ, off, len);
@@ -580,7 +580,7 @@ int io_data_writev(io_channel ch, struct iovec *iov, int iovcnt, uint64_t off)
 
 	for (i = 0; i < iovcnt; i++)
 		len += iov[i].iov_len;
-	ret = io_layers_data(ch, 1, off, len);
+	ret = io_layers_data(ch, 1, off, len, iov, iovcnt);
 	if (ret)
 		return ret;
 	trace_io(TRACE_DATA, TRACE_WRITE, off, len);

@@ -3,6 +3,7 @@
 #include "io/fail.h"
 #include "io/dev.h"
 #include "io/layer.h"
+#include "io/record.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -46,8 +47,11 @@ static int fails(const struct fail *f, char op, uint64_t off, uint64_t len)
 	return 0;
 }
 
-static int fail_data(struct io_layer *l, int write, uint64_t off, uint64_t len)
+static int fail_data(struct io_layer *l, int write, uint64_t off, uint64_t len,
+		     const struct iovec *iov, int iovcnt)
 {
+	(void)iov;
+	(void)iovcnt;
 	return fails((struct fail *)l, write ? 'w' : 'r', off, len) ? -EIO : 0;
 }
 
@@ -63,7 +67,7 @@ static errcode_t fail_open(const char *name, int flags, io_channel *channel)
 	io_channel lower, ch;
 	errcode_t err;
 
-	err = rr_io_manager->open(name, flags, &lower);
+	err = rr_record_io_manager->open(name, flags, &lower);
 	if (err)
 		return err;
 	if (!parse(&probe)) {

@@ -4,6 +4,7 @@
 #include "io/cache.h"
 #include "io/dev.h"
 #include "io/fail.h"
+#include "io/record.h"
 
 #include <string.h>
 
@@ -12,7 +13,7 @@ struct io_layer *io_layer_of(io_channel ch)
 	if (!ch || ch->magic != EXT2_ET_MAGIC_IO_CHANNEL)
 		return NULL;
 	if (ch->manager == rr_cache_io_manager || ch->manager == rr_fail_io_manager ||
-	    ch->manager == rr_io_manager)
+	    ch->manager == rr_record_io_manager || ch->manager == rr_io_manager)
 		return ch->private_data;
 	return NULL;
 }
@@ -26,13 +27,24 @@ io_channel io_bottom(io_channel ch)
 	return ch;
 }
 
-int io_layers_data(io_channel ch, int write, uint64_t off, uint64_t len)
+io_channel io_under_faults(io_channel ch)
+{
+	struct io_layer *l;
+
+	while ((ch->manager == rr_cache_io_manager || ch->manager == rr_fail_io_manager) &&
+	       (l = io_layer_of(ch)) && l->lower)
+		ch = l->lower;
+	return ch;
+}
+
+int io_layers_data(io_channel ch, int write, uint64_t off, uint64_t len, const struct iovec *iov,
+		   int iovcnt)
 {
 	struct io_layer *l;
 	int ret;
 
 	for (; (l = io_layer_of(ch)) && l->lower; ch = l->lower)
-		if (l->data && (ret = l->data(l, write, off, len)))
+		if (l->data && (ret = l->data(l, write, off, len, iov, iovcnt)))
 			return ret;
 	return 0;
 }

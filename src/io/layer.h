@@ -6,6 +6,7 @@
  *   libext2fs, the commit (superblock), the orphan file, the data path
  *     rr_cache_io_manager  cache.c  metadata block cache (-o cache_mb=0: absent)
  *     rr_fail_io_manager   fail.c   fault injection (RRFUSE_IO_FAIL unset: absent)
+ *     rr_record_io_manager record.c write recorder (RRFUSE_IO_RECORD unset: absent)
  *     rr_io_manager        dev.c    the image file or block device
  *
  * This is the order, and the only place that states it: a layer that keeps
@@ -14,11 +15,11 @@
  * (src/journal/writer.h) is no manager of its own: it is the cache's
  * write-back hook (io_cache_set_journal), which logs the dirty blocks as a
  * transaction through the channel under the cache before it writes them
- * home, so its writes meet fault injection as any.  A write recorder would
- * go just above the device.  Journal
- * recovery at mount (src/journal/) reads and writes the device's channel
- * (io_bottom) directly, under the cache and fault injection, on a
- * filesystem handle it then closes unwritten.
+ * home, so its writes meet fault injection as any.  The write recorder sits
+ * just above the device, so it sees what the device sees.  Journal
+ * recovery at mount (src/journal/) reads and writes the channel under the
+ * cache and fault injection (io_under_faults) directly, on a filesystem
+ * handle it then closes unwritten.
  *
  * Every metadata byte crosses every layer through the channel.  File data
  * does not cross libext2fs's channel (io_data_*, dev.h), but it is offered
@@ -30,6 +31,7 @@
 #define RRFUSE_IO_LAYER_H
 
 #include <stdint.h>
+#include <sys/uio.h>
 #include <ext2fs/ext2fs.h>
 
 /* The head of every stacked manager's private data. */
@@ -37,18 +39,23 @@ struct io_layer {
 	io_channel lower;	/* the channel below; NULL at the device */
 	/*
 	 * File data is about to be read (write 0) or written (1) at bytes
-	 * [off, off+len) of the device: 0, or a negative errno that fails the
-	 * transfer.  NULL: the layer has nothing to do with file data.
+	 * [off, off+len) of the device, a write's bytes in iov (NULL for a
+	 * read): 0, or a negative errno that fails the transfer.  NULL: the
+	 * layer has nothing to do with file data.
 	 */
-	int (*data)(struct io_layer *l, int write, uint64_t off, uint64_t len);
+	int (*data)(struct io_layer *l, int write, uint64_t off, uint64_t len,
+		    const struct iovec *iov, int iovcnt);
 };
 
 /* ch's layer, or NULL when ch is no channel of this stack. */
 struct io_layer *io_layer_of(io_channel ch);
 /* The device's channel at the bottom of ch's stack. */
 io_channel io_bottom(io_channel ch);
-/* Offer a data transfer to every layer of ch's stack above the device, top first. */
-int io_layers_data(io_channel ch, int write, uint64_t off, uint64_t len);
+/* The channel under the cache and fault injection: the recorder when there is one, else the device. */
+io_channel io_under_faults(io_channel ch);
+/* Offer a data transfer to every layer of ch's stack above the device, top first (iov: a write's bytes). */
+int io_layers_data(io_channel ch, int write, uint64_t off, uint64_t len, const struct iovec *iov,
+		   int iovcnt);
 /*
  * A stacked channel over lower, for manager m: its private data (size
  * bytes, starting with struct io_layer) is zeroed, its lower set.  The

@@ -238,7 +238,7 @@ int jnl_open(ext2_filsys fs, struct jnl *j, char *msg, size_t msglen)
 
 	memset(j, 0, sizeof(*j));
 	j->fs = fs;
-	j->dev = io_bottom(fs->io);
+	j->dev = io_under_faults(fs->io);
 	j->bsize = fs->blocksize;
 	ret = map_inode(j, &nblocks, msg, msglen);
 	if (ret)
