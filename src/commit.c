@@ -163,21 +163,12 @@ int rr_fs_remount(struct rr_fs *rfs, int ro, char *err, size_t errlen)
 		}
 		if (!rfs->ro)
 			return 0;
-		rr_fs_lock(rfs);
-		fs->super->s_state &= (__u16)~EXT2_VALID_FS;
-		fs->super->s_mtime = (__u32)time(NULL);
-		ext2fs_mark_super_dirty(fs);
-		rfs->mounted = 1;
-		rr_fs_unlock(rfs);
-		ret = rr_fs_commit(rfs, 1);
-		if (ret) {
-			snprintf(err, errlen, "cannot write the superblock: %s", strerror(-ret));
-			return ret;
-		}
 		atomic_store(&rfs->ro, 0);
-		ret = rr_journal_start(rfs);
+		ret = rr_fs_mark_in_use(rfs, 0);
 		if (ret) {
-			snprintf(err, errlen, "cannot start the journal: %s", strerror(-ret));
+			atomic_store(&rfs->ro, 1);
+			snprintf(err, errlen, "cannot start the journal or write the superblock: %s",
+				 strerror(-ret));
 			return ret;
 		}
 		return 0;

@@ -379,28 +379,47 @@ static int cleanup_readonly(struct rr_fs *rfs)
 }
 
 /*
- * Record the mount in the superblock: from here on a crash leaves an image
- * that e2fsck checks in full.  Nothing is written to the image before this.
- * Then finish the orphans a crash left, as the kernel does at mount.
+ * Record in the superblock that the filesystem is in use (at mount, and at a
+ * remount read-write).  As the kernel's ext4 (ext4_setup_super): with the
+ * journal written, needs_recovery says so and s_state stays valid, so that
+ * after a crash a replay is all it takes, the kernel's mount and e2fsck -p
+ * check nothing more; without it, s_state loses EXT2_VALID_FS so that
+ * e2fsck checks the image in full.  The journal starts first: from here on
+ * every commit is a transaction, this one too.
+ */
+int rr_fs_mark_in_use(struct rr_fs *rfs, int new_mount)
+{
+	ext2_filsys fs = rfs->fs;
+	int ret = rr_journal_start(rfs);
+
+	if (ret)
+		return ret;
+	rr_fs_lock(rfs);
+	if (!rfs->jw)
+		fs->super->s_state &= (__u16)~EXT2_VALID_FS;
+	if (new_mount)
+		fs->super->s_mnt_count++;
+	fs->super->s_mtime = (__u32)time(NULL);
+	ext2fs_mark_super_dirty(fs);
+	rfs->mounted = 1;
+	rr_fs_unlock_nocommit(rfs);
+	return rr_fs_commit(rfs, 1);
+}
+
+/*
+ * Record the mount in the superblock (rr_fs_mark_in_use).  Nothing is
+ * written to the image before this.  Then finish the orphans a crash
+ * left, as the kernel does at mount.
  */
 int rr_fs_mark_mounted(struct rr_fs *rfs)
 {
 	ext2_filsys fs = rfs->fs;
-
 	int ret;
 
 	if (rfs->ro)
 		return rfs->ro_cleanup ? cleanup_readonly(rfs) : 0;
-	fs->super->s_state &= (__u16)~EXT2_VALID_FS;
-	fs->super->s_mnt_count++;
-	fs->super->s_mtime = (__u32)time(NULL);
-	ext2fs_mark_super_dirty(fs);
-	rfs->mounted = 1;
-	ret = rr_fs_commit(rfs, 1);
-	/* From here every commit is a transaction, the orphans' too. */
-	if (!ret)
-		ret = rr_journal_start(rfs);
-	/* After the mark: a crash while finishing orphans leaves an unclean image. */
+	ret = rr_fs_mark_in_use(rfs, 1);
+	/* After the mark: a crash while finishing orphans is replayed, or leaves an unclean image. */
 	if (!ret && orphans_pending(fs)) {
 		orphan_cleanup(rfs);
 		ret = rr_fs_commit(rfs, 1);

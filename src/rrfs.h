@@ -209,6 +209,7 @@ int rr_err_at(errcode_t err, ext2_ino_t ino, const char *func, unsigned int line
 int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts,
 	       const struct rr_data_hooks *hooks, char *msg, size_t msglen);
 int rr_fs_mark_mounted(struct rr_fs *rfs);
+int rr_fs_mark_in_use(struct rr_fs *rfs, int new_mount);
 int rr_fs_close(struct rr_fs *rfs);
 
 /* check.c */

@@ -44,7 +44,8 @@ struct jw;
  * metadata_csum, none otherwise; 64-bit tags on a 64bit filesystem) and
  * its superblock written and flushed.  RRFUSE_JOURNAL_CRASH, read here,
  * names a point at which the daemon kills itself (tests only): "log",
- * "commit" or "home", optionally ":N" for the Nth transaction from here.
+ * "commit" or "home", optionally ":N" for the Nth transaction from here (the
+ * mount's own superblock update is the first).
  * 0, or a negative errno with the reason in msg.
  */
 int jw_open(ext2_filsys fs, io_channel dev, struct jw **out, char *msg, size_t msglen);

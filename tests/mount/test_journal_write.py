@@ -6,7 +6,8 @@ RRFUSE_JOURNAL_CRASH (src/journal/writer.h): "commit:N" kills it once the
 Nth transaction's commit block is durable and before any of its blocks is
 written home, so the image holds a committed, un-checkpointed transaction,
 as a power cut there would leave it.  Mounts use commit=600 so that only
-the test's fsyncs make transactions and N counts them.
+the mount's own superblock update (the first transaction) and the test's
+fsyncs make transactions, and N counts them.
 """
 
 import hashlib
@@ -125,7 +126,7 @@ def crash_after_commit(mkfs_args, nfiles=6, size="64M"):
     """Files each fsync'd (one transaction each); the daemon stops after
     the last one's commit block.  The image and {name: bytes}."""
     image = make_image(size=size, mkfs_args=mkfs_args)
-    m = mount(image, crash="commit:%d" % nfiles)
+    m = mount(image, crash="commit:%d" % (nfiles + 1))
     want = {}
     try:
         for i in range(nfiles):
@@ -189,6 +190,26 @@ def test_transaction_format(mkfs_args, jfeatures):
     assert "skipping journal recovery" in r.stdout + r.stderr, r.stdout + r.stderr
 
 
+def test_crash_needs_a_replay_only():
+    """As on the kernel's ext4, a crashed journaled image is marked
+    needs_recovery with its state still clean: the replay is all it takes,
+    e2fsck -p replays and checks no further, and no mount warns that the
+    filesystem is unchecked."""
+    image, want = crash_after_commit(CSUM_V3, nfiles=2)
+    assert dumpe2fs(image, "Filesystem state") == "clean"
+    assert "needs_recovery" in features(image)
+    p = copy(image, "preen.img")
+    r = subprocess.run(["e2fsck", "-p", p], capture_output=True, text=True)
+    assert r.returncode in (0, 1), r.stdout + r.stderr
+    assert "recovering journal" in r.stdout + r.stderr, r.stdout + r.stderr
+    assert "clean" in r.stdout, r.stdout
+    log, _ = rrfuse_replay(image)
+    assert "unchecked" not in log, log
+    rc, out = fsck(image)
+    assert rc == 0, out
+    check_files(read_tree(image), want)
+
+
 # ------------------------------------------------------------- interchange
 
 @pytest.mark.parametrize("mkfs_args", [CSUM_V3, NO_CSUM, TINY], ids=["csum_v3", "no_csum_32bit", "tiny_1k"])
@@ -233,7 +254,7 @@ def test_old_transactions_never_replayed():
     seq1 = int(dumpe2fs(image, "Journal sequence"), 16)
     assert seq1 >= 31
     assert "needs_recovery" not in features(image)
-    m = mount(image, crash="commit:3")
+    m = mount(image, crash="commit:4")
     try:
         for i in range(3):
             try:
@@ -243,7 +264,7 @@ def test_old_transactions_never_replayed():
     finally:
         crashed(m)
     seq2 = int(dumpe2fs(image, "Journal sequence"), 16)
-    assert seq2 == seq1 + 2
+    assert seq2 == seq1 + 3
     log, _ = rrfuse_replay(image)
     assert "replayed 1 transaction (%d to %d)" % (seq2, seq2) in log, log
     rc, out = fsck(image)
@@ -259,7 +280,7 @@ def test_crash_points_before_commit_and_after_home():
     """Stopped before the commit block, the transaction is not replayed
     (the state before it stands); stopped after its home writes, the
     replay rewrites what is home already.  Both e2fsck -fn clean."""
-    for point, present in (("log:2", False), ("home:2", True)):
+    for point, present in (("log:3", False), ("home:3", True)):
         image = make_image(size="64M")
         m = mount(image, crash=point)
         try:
@@ -314,6 +335,8 @@ def test_tiny_journal_big_operations():
 WORKLOAD = r'''
 import hashlib, os, random, sys
 root, log, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
+# the write recorder's log (test_power_loss.py): its size when an fsync has returned
+rec = sys.argv[4] if len(sys.argv) > 4 else None
 rnd = random.Random(seed)
 lf = open(log, "a", buffering=1)
 def note(*a):
@@ -330,7 +353,7 @@ while True:
         data = os.urandom(rnd.choice([100, 5000, 70000]))
         with open(os.path.join(root, name), "wb") as f:
             f.write(data); f.flush(); os.fsync(f.fileno())
-        note("F", name, hashlib.sha256(data).hexdigest())
+        note("F", name, hashlib.sha256(data).hexdigest(), str(os.path.getsize(rec) if rec else 0))
         if rnd.random() < 0.5:
             note("R", name, name + ".r")
             os.rename(os.path.join(root, name), os.path.join(root, name + ".r"))
