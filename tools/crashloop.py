@@ -10,6 +10,13 @@ every rename atomic.
        tools/crashloop.py 50 nojournal,cache_mb=0     (the damage it prevents)
        tools/crashloop.py 100 "" -b 1024 -J size=1    (a tiny journal)
 
+With --power, power cuts instead (tests/mount/test_power_loss.py): a
+workload of SECONDS recorded write by write, then STATES device states
+rebuilt from the record and each replayed by rrfuse, e2fsck and the kernel.
+
+  sudo tools/crashloop.py --power [STATES] [SECONDS] [MOUNT_OPTS] [MKFS_ARGS...]
+  e.g. tools/crashloop.py --power 200 20
+
 RRFUSE (default build/rrfuse) names the daemon.  Exit status 1 when a
 round found damage.
 """
@@ -20,7 +27,25 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "mount"))
 
 
+def power(args):
+    if args and not args[0].isdigit() or len(args) > 1 and not args[1].replace(".", "", 1).isdigit():
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    import test_power_loss as t
+
+    states = int(args[0]) if args else 50
+    seconds = float(args[1]) if len(args) > 1 else 10.0
+    opts = args[2] if len(args) > 2 else ""
+    bad, checked, flushes = t.power_cuts(states, opts=opts, mkfs_args=args[3:], seconds=seconds)
+    print("%d states of %d flush points checked, %d problems" % (checked, flushes, len(bad)))
+    for b in bad[:3]:
+        print("----\n" + b[-2000:])
+    return 1 if bad else 0
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--power":
+        return power(sys.argv[2:])
     if len(sys.argv) > 1 and (sys.argv[1] in ("-h", "--help") or not sys.argv[1].isdigit()):
         print(__doc__.strip(), file=sys.stdout if sys.argv[1] in ("-h", "--help") else sys.stderr)
         return 0 if sys.argv[1] in ("-h", "--help") else 2
