@@ -313,7 +313,8 @@ static errcode_t write_home(struct cache *c, struct cache_ent **v, size_t k)
 /*
  * Under a journal: v[0..k) in transactions of at most the journal's
  * capacity, each committed (jnl.log) before its blocks go home (the
- * writer's rule 3), home flushed before the log is said empty (rule 4).
+ * writer's rule 3); the writer keeps it in the log until they are durable
+ * (rule 4).
  * A transaction that cannot be committed leaves its blocks dirty and
  * unwritten: nothing half done reaches home.
  */
@@ -352,9 +353,8 @@ static errcode_t writeback_journaled(struct cache *c, struct cache_ent **v, size
 			break;
 		}
 		c->st.transactions++;
+		/* Durable at the next transaction's first flush (rule 4): the log keeps this one till then. */
 		err = write_home(c, v + s, n);
-		if (!err)
-			err = io_channel_flush(c->layer.lower);
 		if (err)
 			j->abort(j->arg);	/* the log holds the only good copy: it stays */
 		else if (j->checkpointed(j->arg))

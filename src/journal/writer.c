@@ -30,6 +30,13 @@ struct jw {
 	unsigned char *stage;		/* a descriptor block and the copies it describes */
 	unsigned char *commit;
 	uint64_t transactions;
+	/*
+	 * The log holds one committed transaction whose home writes may not be
+	 * durable yet (they are at the next transaction's first flush): it
+	 * stays in the log, the next one written after it, from head on.
+	 */
+	int live;
+	uint32_t head;			/* the log block after the live transaction */
 	int aborted;
 	enum jw_point crash_at;		/* RRFUSE_JOURNAL_CRASH, read once at open */
 	uint64_t crash_nth;		/* ... at this transaction (1: the first) */
@@ -161,13 +168,31 @@ fail:
 	return ret;
 }
 
+/*
+ * The live transaction's home writes made durable, then the log said empty
+ * from the next id on, made durable too (rules 4 and 5 at once).
+ */
+static int empty_log(struct jw *w)
+{
+	struct jnl *j = &w->j;
+
+	if (io_channel_flush(j->dev))
+		return -EIO;
+	j->sb->s_start = 0;
+	j->sb->s_sequence = htobe32(w->seq);
+	if (jnl_write_sb(j) || io_channel_flush(j->dev))
+		return -EIO;
+	w->live = 0;
+	return 0;
+}
+
 int jw_close(struct jw *w)
 {
 	int ret = 0;
 
 	if (!w)
 		return 0;
-	if (!w->aborted && io_channel_flush(w->j.dev))
+	if (!w->aborted && empty_log(w))
 		ret = -EIO;
 	free(w->stage);
 	free(w->commit);
@@ -297,9 +322,9 @@ static int write_commit(struct jw *w, uint32_t seq, uint32_t at)
 int jw_log(struct jw *w, size_t n, const blk64_t *blks, const unsigned char *const *data)
 {
 	struct jnl *j = &w->j;
-	uint32_t seq, at = j->first;
-	size_t done, g;
-	int ret = 0;
+	uint32_t seq, start, at;
+	size_t done, g, need;
+	int ret = 0, with_sb;
 
 	if (w->aborted)
 		return -EIO;
@@ -307,34 +332,59 @@ int jw_log(struct jw *w, size_t n, const blk64_t *blks, const unsigned char *con
 		return 0;
 	if (n > w->capacity)
 		return -EFBIG;
+	/* Descriptors, copies and the commit block: after the live transaction, or the log emptied first. */
+	need = n + (n + w->per_desc - 1) / w->per_desc + 1;
+	if (w->live && w->head + need > j->last) {
+		ret = empty_log(w);
+		if (ret)
+			goto abort;
+	}
+	start = at = w->live ? w->head : j->first;
 	/* An id is used once, even by a transaction that fails halfway. */
 	seq = w->seq++;
-	/* The log starts here with this transaction: the superblock says so with its first descriptor (rule 2). */
-	j->sb->s_start = htobe32(j->first);
+	/*
+	 * Over an empty log the superblock says the log starts here at once,
+	 * with the first descriptor (rule 2).  Behind a live transaction it
+	 * says so only after the first flush, which makes that one's home
+	 * writes durable (rule 4): until then a replay needs it.
+	 */
+	with_sb = !w->live;
+	j->sb->s_start = htobe32(start);
 	j->sb->s_sequence = htobe32(seq);
-	if (j->first != 1) {
+	if (with_sb && (start != 1 || j->first != 1)) {
 		ret = jnl_write_sb(j);
 		if (ret)
 			goto abort;
 	}
 	for (done = 0; done < n; done += g) {
 		g = n - done < w->per_desc ? n - done : w->per_desc;
-		ret = write_group(w, seq, at, !done && j->first == 1, g, blks + done, data + done);
+		ret = write_group(w, seq, at, with_sb && !done && start == 1, g, blks + done, data + done);
 		if (ret)
 			goto abort;
 		at += (uint32_t)g + 1;
 	}
-	/* Rules 1 and 2: file data, the log blocks and the superblock durable before the commit block. */
+	/* Rules 1, 2 and 4: file data, the log blocks, the live transaction's home writes durable. */
 	if (io_channel_flush(j->dev)) {
 		ret = -EIO;
 		goto abort;
 	}
 	crash_point(w, JW_AFTER_LOG);
+	/*
+	 * The superblock naming this transaction, and its commit block: either
+	 * may reach the device first; a replay of a log whose only transaction
+	 * has no commit block replays nothing, and what stood before it is home.
+	 */
+	if (!with_sb && jnl_write_sb(j)) {
+		ret = -EIO;
+		goto abort;
+	}
 	/* Rule 3: the commit block durable before any home write (the caller's). */
 	if (write_commit(w, seq, at) || io_channel_flush(j->dev)) {
 		ret = -EIO;
 		goto abort;
 	}
+	w->live = 1;
+	w->head = at + 1;
 	crash_point(w, JW_AFTER_COMMIT);
 	return 0;
 abort:
@@ -344,19 +394,11 @@ abort:
 
 int jw_checkpointed(struct jw *w)
 {
-	struct jnl *j = &w->j;
-
 	if (w->aborted)
 		return -EIO;
 	crash_point(w, JW_AFTER_HOME);
 	w->transactions++;
-	/* Rule 5 makes it durable: the next transaction's first flush, or jw_close's. */
-	j->sb->s_start = 0;
-	j->sb->s_sequence = htobe32(w->seq);
-	if (jnl_write_sb(j)) {
-		jw_abort(w);
-		return -EIO;
-	}
+	/* Its home writes are durable at the next transaction's first flush, or jw_close's. */
 	return 0;
 }
 

@@ -5,16 +5,25 @@
  * journal's features set at start as ext4's mount sets them), so that the
  * kernel, e2fsck and rrfuse (recover.c) all replay it.
  *
- * The scheme is the simplest correct one: the log is empty between
- * commits.  A transaction always starts at the log's first block; once its
- * commit block is durable its blocks are written home (by the metadata
- * cache, io/cache.c, which calls jw_log and jw_checkpointed around its
- * write-back), flushed, and the journal superblock then says the log is
- * empty from the next transaction on.  So no transaction is ever left in
- * the log behind a newer one, nothing wraps, and no revoke record is
- * needed: a block freed in transaction T and reused in T+1 has no copy in
- * the log that a replay could apply.  Transaction ids only grow, from the
- * journal superblock's s_sequence at start, across mounts.
+ * The scheme keeps at most one committed transaction in the log.  Once a
+ * transaction's commit block is durable its blocks are written home (by
+ * the metadata cache, io/cache.c, which calls jw_log and jw_checkpointed
+ * around its write-back) and not flushed: the transaction stays in the log
+ * and the next one is written after it.  That one's first flush makes the
+ * home writes durable; only then does the journal superblock name the new
+ * transaction as the log's start, and the old one is gone from the log.  A
+ * commit so costs two flushes, as the kernel's (the one before the commit
+ * block, the one after it).  When the next transaction does not fit after
+ * the live one, the log is emptied first (a flush, the superblock, a
+ * flush) and it starts at the log's first block: no transaction wraps.
+ * The log holds no revoke records: a block freed in transaction T is
+ * reused only after T commits (the allocator's rule), and by then the log
+ * holds T alone, which does not hold the block unless T both wrote and
+ * freed it (as before: a window until the next commit in which a replay
+ * would write that copy over the new owner's data, never over fsync'd
+ * data, since that fsync's commit moves the log past T).  Transaction ids
+ * only grow, from the journal superblock's s_sequence at start, across
+ * mounts; jw_close empties the log.
  *
  * The ordering rules (data=ordered), each kept where it is named:
  *   1. file data before the commit block: the data path's writes have
@@ -24,10 +33,13 @@
  *      a flush between them (jw_log);
  *   3. the commit block durable before any home write: a flush after it
  *      (jw_log), home writes only after jw_log returned 0 (cache.c);
- *   4. home writes durable before the log is said empty: a flush between
- *      them (cache.c), then jw_checkpointed;
- *   5. the empty log durable before the next transaction's commit block:
- *      that transaction's flush of rule 2.
+ *   4. home writes durable before the log no longer holds their
+ *      transaction: the next transaction's first flush comes before the
+ *      superblock naming it (jw_log), and jw_close flushes before it says
+ *      the log is empty;
+ *   5. a superblock naming a transaction may be durable before that
+ *      transaction's commit block: a log whose first transaction has no
+ *      commit block replays nothing, and rule 4 put what came before home.
  */
 #ifndef RRFUSE_JOURNAL_WRITER_H
 #define RRFUSE_JOURNAL_WRITER_H

@@ -180,7 +180,7 @@ def test_transaction_format(mkfs_args, jfeatures):
     if jfeatures:
         assert dumpe2fs(image, "Journal features") == jfeatures
     seq = int(dumpe2fs(image, "Journal sequence"), 16)
-    assert int(dumpe2fs(image, "Journal start")) == 1
+    assert int(dumpe2fs(image, "Journal start")) >= 1
     blocks, out = logdump(image)
     types = [(s, t) for s, t, _ in blocks]
     assert types and types[0] == (seq, 1) and types[-1] == (seq, 2), out
@@ -208,6 +208,35 @@ def test_crash_needs_a_replay_only():
     rc, out = fsck(image)
     assert rc == 0, out
     check_files(read_tree(image), want)
+
+
+def test_fsync_costs_two_flushes():
+    """A commit is two flushes, as the kernel's (before the commit block and
+    after it): the home writes of one transaction become durable at the
+    next one's first flush, the log keeping it till then.  Over 40 fsyncs
+    of 4 KiB appends, at most one more now and then, when the log is
+    emptied for want of room after the live transaction."""
+    image = make_image(size="64M")
+    m = mount(image)
+    try:
+        fd = os.open(m.path("f"), os.O_CREAT | os.O_WRONLY, 0o644)
+        try:
+            os.write(fd, pattern(0, 4096))
+            os.fsync(fd)
+            before = conftest.device_io(m)
+            for i in range(40):
+                os.write(fd, pattern(i + 1, 4096))  # a new block: a transaction each
+                os.fsync(fd)
+            after = conftest.device_io(m)
+        finally:
+            os.close(fd)
+        m.unmount()
+    finally:
+        m.cleanup()
+    flushes = after["flushes"] - before["flushes"]
+    assert 80 <= flushes <= 84, "%d flushes for 40 fsyncs" % flushes
+    rc, out = fsck(image)
+    assert rc == 0, out
 
 
 # ------------------------------------------------------------- interchange
