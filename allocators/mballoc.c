@@ -1886,6 +1886,15 @@ void rr_alloc_commit_end(struct rr_alloc *a)
 	}
 }
 
+void rr_alloc_committing_each(struct rr_alloc *a, void (*fn)(void *arg, uint64_t blk, uint64_t len),
+			      void *arg)
+{
+	size_t i;
+
+	for (i = 0; i < a->committing.n; i++)
+		fn(arg, a->committing.v[i].pblk, a->committing.v[i].len);
+}
+
 uint64_t rr_alloc_frozen(struct rr_alloc *a)
 {
 	return atomic_load(&a->frozen.blocks) + atomic_load(&a->committing.blocks);

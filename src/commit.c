@@ -5,6 +5,7 @@
  * superblock's primary copy on its own when the orphan list needs it first.
  */
 #include "rrfs.h"
+#include "io/cache.h"
 #include "io/dev.h"
 #include "log.h"
 #include "orphan.h"
@@ -65,6 +66,21 @@ static void mmp_check(struct rr_fs *rfs)
 	}
 }
 
+/* One extent this commit frees: the cache forgets what of it is still free. */
+static void forget_freed(void *arg, uint64_t blk, uint64_t len)
+{
+	ext2_filsys fs = arg;
+	blk64_t end = blk + len - 1, s = blk, e;
+
+	/* Metadata may have taken some of it again in this commit: those blocks stay. */
+	while (s <= end && !ext2fs_find_first_zero_block_bitmap2(fs->block_map, s, end, &s)) {
+		if (ext2fs_find_first_set_block_bitmap2(fs->block_map, s, end, &e))
+			e = end + 1;
+		io_cache_forget(fs->io, s, e - s);
+		s = e;
+	}
+}
+
 /* Under the fs lock: what libext2fs and the orphan list hold in memory, into the cache. */
 static errcode_t commit_prepare(struct rr_fs *rfs)
 {
@@ -82,6 +98,9 @@ static errcode_t commit_prepare(struct rr_fs *rfs)
 		if (!err)
 			rfs->dirty = 0;
 	}
+	/* What this commit frees is written nowhere, nor logged (io_cache_forget). */
+	if (rfs->alloc)
+		rr_alloc_committing_each(rfs->alloc, forget_freed, fs);
 	return err;
 }
 

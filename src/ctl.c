@@ -41,6 +41,7 @@ static void ctl_io_stats(struct rr_fs *rfs, struct rrctl_stats *s)
 	s->cache_misses = c.misses;
 	s->cache_writes = c.writes;
 	s->cache_dropped = c.dropped;
+	s->cache_forgotten = c.forgotten;
 }
 
 int rr_ctl_is_cmd(unsigned int cmd)

@@ -232,11 +232,11 @@ static int stats(int fd)
 		return -1;
 	mb_format_stats(stdout, &s);
 	printf("metadata cache: %llu blocks (%llu dirty) of %llu; %llu hits, %llu misses; "
-	       "%llu write-back writes; %llu dropped for file data\n",
+	       "%llu write-back writes; %llu dropped for file data, %llu forgotten when freed\n",
 	       (unsigned long long)s.cache_blocks, (unsigned long long)s.cache_dirty,
 	       (unsigned long long)s.cache_max, (unsigned long long)s.cache_hits,
 	       (unsigned long long)s.cache_misses, (unsigned long long)s.cache_writes,
-	       (unsigned long long)s.cache_dropped);
+	       (unsigned long long)s.cache_dropped, (unsigned long long)s.cache_forgotten);
 	printf("device: %llu metadata reads, %llu metadata writes, %llu metadata blocks written, "
 	       "%llu data reads (%llu spliced), %llu data writes, %llu flushes\n",
 	       (unsigned long long)s.io_meta_reads, (unsigned long long)s.io_meta_writes,

@@ -198,6 +198,9 @@ void rr_alloc_commit_begin(struct rr_alloc *a);
 void rr_alloc_commit_end(struct rr_alloc *a);
 /* Blocks freed and waiting for their commit. */
 uint64_t rr_alloc_frozen(struct rr_alloc *a);
+/* The extents the commit begun last frees (after rr_alloc_commit_begin), to fn.  fs lock held. */
+void rr_alloc_committing_each(struct rr_alloc *a, void (*fn)(void *arg, uint64_t blk, uint64_t len),
+			      void *arg);
 
 /*
  * Blocks that ordinary (non-root) writers may still allocate, and the

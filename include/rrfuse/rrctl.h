@@ -101,6 +101,8 @@ struct rrctl_stats {
 	uint64_t io_data_spliced;	/* data reads moved by splice, not copied (of io_data_reads) */
 	/* FUSE requests read since the mount, by opcode (linux/fuse.h); the last counts the rest. */
 	uint64_t requests[RRCTL_NREQ];
+	/* Cached blocks given up because a commit freed them (written nowhere, nor logged). */
+	uint64_t cache_forgotten;
 };
 
 /*

@@ -22,6 +22,9 @@
  *    free_freed and rr_alloc_blocks; the commit brackets it, src/commit.c).
  *    Metadata may take them sooner, since it reaches the device only
  *    through this cache, at that same commit.
+ *  - A block a commit frees is forgotten, dirty or not, before that commit
+ *    writes anything (io_cache_forget, called by src/commit.c): its bytes
+ *    are nobody's, and a transaction must not log them (writer.h).
  *  - Under a journal (io_cache_set_journal): no block reaches home before
  *    the transaction that holds it is committed (writeback_journaled), and
  *    write-back happens only at a flush, never to make room (make_room)
@@ -829,6 +832,19 @@ static errcode_t cache_flush(io_channel ch)
 	err = report(ch, err);
 	/* A journal's checkpoint ended with a flush already. */
 	return err || flushed ? err : io_channel_flush(c->layer.lower);
+}
+
+void io_cache_forget(io_channel ch, blk64_t blk, uint64_t count)
+{
+	struct cache *c = cache_of(ch);
+
+	if (!c || !count)
+		return;
+	pthread_mutex_lock(&c->lock);
+	c->st.forgotten += c->n;
+	drop_range(c, blk, count);
+	c->st.forgotten -= c->n;
+	pthread_mutex_unlock(&c->lock);
 }
 
 int io_cache_set_journal(io_channel ch, const struct io_cache_journal *j)

@@ -49,12 +49,21 @@ struct io_cache_journal {
 int io_cache_set_journal(io_channel ch, const struct io_cache_journal *j);
 /* Are want blocks dirty under a journal?  Lock-free, for every rr_fs_unlock. */
 int io_cache_journal_full(io_channel ch);
+/*
+ * Blocks [blk, blk+count) are free: their copies go, dirty or not, written
+ * nowhere (a freed block's bytes are nobody's).  Under a journal this is
+ * what keeps a transaction from logging a block it frees: the log then
+ * never holds a copy that a replay could write over the block's next
+ * owner (writer.h).  No-op without a cache.
+ */
+void io_cache_forget(io_channel ch, blk64_t blk, uint64_t count);
 
 struct io_cache_stats {
 	uint64_t hits, misses;		/* blocks read from memory, from the device */
 	uint64_t writes, written;	/* write syscalls of dirty blocks, blocks they wrote */
 	uint64_t blocks, dirty, max;	/* held now, of which dirty; the bound */
 	uint64_t dropped;		/* blocks given up because file data overwrote them */
+	uint64_t forgotten;		/* blocks given up because a commit freed them */
 	uint64_t transactions;		/* journal transactions written back */
 	uint64_t split;			/* write-backs too large for one transaction */
 };

@@ -16,14 +16,17 @@
  * block, the one after it).  When the next transaction does not fit after
  * the live one, the log is emptied first (a flush, the superblock, a
  * flush) and it starts at the log's first block: no transaction wraps.
- * The log holds no revoke records: a block freed in transaction T is
- * reused only after T commits (the allocator's rule), and by then the log
- * holds T alone, which does not hold the block unless T both wrote and
- * freed it (as before: a window until the next commit in which a replay
- * would write that copy over the new owner's data, never over fsync'd
- * data, since that fsync's commit moves the log past T).  Transaction ids
- * only grow, from the journal superblock's s_sequence at start, across
- * mounts; jw_close empties the log.
+ * The log holds no revoke records, and needs none.  A replay applies the
+ * transaction the superblock names and the one after it, if committed: T
+ * alone once T's second flush has returned, T-1 and T only if T's commit
+ * block reached the device before the superblock naming T, so before that
+ * flush returned.  A block freed in T is reused only after T commits (the
+ * allocator's rule), and no transaction holds a copy of a block it frees
+ * (the commit has the cache forget them: io_cache_forget, src/commit.c).
+ * So no replay writes a logged copy over a block's next owner: T-1's
+ * copies are of blocks not freed before T committed, T's of blocks it did
+ * not free.  Transaction ids only grow, from the journal superblock's
+ * s_sequence at start, across mounts; jw_close empties the log.
  *
  * The ordering rules (data=ordered), each kept where it is named:
  *   1. file data before the commit block: the data path's writes have

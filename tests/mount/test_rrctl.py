@@ -39,7 +39,7 @@ TUNABLE = struct.Struct("<IIiI32s64s128s")
 GROUP_FIELDS = 4 + 18
 GROUPS_HDR = struct.Struct("<IIiIIIII")
 GROUPS_SIZE = GROUPS_HDR.size + 128 * GROUP_FIELDS * 4
-STATS_SIZE = 4 * 4 + 8 * (14 + 4 * 5 + 7 + 6 + 1 + 64)   # counters, the cache's, the device's, requests
+STATS_SIZE = 4 * 4 + 8 * (14 + 4 * 5 + 7 + 6 + 1 + 64 + 1)   # counters, the cache's, the device's, requests, forgotten
 
 
 def iowr(nr, size):
