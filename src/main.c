@@ -40,6 +40,7 @@ struct cmdline {
 	char *cache_mb;
 	char *errors;
 	char *trace;		/* -o trace=FILE */
+	char *data;		/* -o data=ordered|writeback */
 	int ro;
 	int norecovery;
 	int no_writeback;
@@ -68,6 +69,7 @@ static const struct fuse_opt opt_spec[] = {
 	OPT("cache_mb=%s", cache_mb, 0),
 	OPT("errors=%s", errors, 0),
 	OPT("trace=%s", trace, 0),
+	OPT("data=%s", data, 0),
 	OPT("no_writeback_cache", no_writeback, 1),
 	OPT("nosplice", no_splice, 1),
 	OPT("delalloc", delalloc, 1),
@@ -185,6 +187,10 @@ static void usage(const char *prog)
 	       "    -o journal, nojournal  commits are jbd2 transactions in the image's journal, so that a crash\n"
 	       "                           leaves an image the kernel, e2fsck or rrfuse replay to a consistent\n"
 	       "                           state (default: journal, on images that have one)\n"
+	       "    -o data=ordered, data=writeback\n"
+	       "                           the kernel's journaling modes: both keep file data ahead of the\n"
+	       "                           commit that maps it (ordered's promise), which costs rrfuse nothing;\n"
+	       "                           data=journal is refused\n"
 	       "    -o check               debugging: verify cached block maps against disk, and the\n"
 	       "                           allocator's buddies against the bitmap, after every change\n"
 	       "    -o max_prealloc_kb=KB  largest preallocation window (alias mb_max_prealloc_kb; default 8192;\n"
@@ -271,6 +277,21 @@ int main(int argc, char *argv[])
 			goto out;
 		}
 		io_cache_set_mb(mb);
+	}
+	/*
+	 * The data path writes file data to the device before the commit that
+	 * maps it starts, and the commit's first flush makes both durable
+	 * (src/journal/writer.h, rule 1): ordered's promise at writeback's
+	 * cost, so writeback is accepted and keeps it.  Journaling file data
+	 * would double every write: not done.
+	 */
+	if (c.data && strcmp(c.data, "ordered") && strcmp(c.data, "writeback")) {
+		if (!strcmp(c.data, "journal"))
+			fprintf(stderr, "rrfuse: data=journal is not supported: file data is not journaled "
+				"(data=ordered, the default, keeps it ahead of the metadata that maps it)\n");
+		else
+			fprintf(stderr, "rrfuse: bad value for data=: '%s' (ordered or writeback)\n", c.data);
+		goto out;
 	}
 	if (c.errors && (opts.errors = rr_errors_parse(c.errors)) < 0) {
 		fprintf(stderr, "rrfuse: bad value for errors=: '%s' (continue, remount-ro or panic)\n",
@@ -419,6 +440,7 @@ out:
 	free(c.cache_mb);
 	free(c.errors);
 	free(c.trace);
+	free(c.data);
 	free(fo.mountpoint);
 	fuse_opt_free_args(&args);
 	return ret;

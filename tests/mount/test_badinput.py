@@ -478,6 +478,13 @@ def test_one_number_rule(wd, value, means):
         m.cleanup()
 
 
+@pytest.mark.parametrize("value,says", [
+    ("journal", "data=journal is not supported"), ("bogus", "bad value for data=")])
+def test_bad_data_mode(wd, value, says):
+    image = new_image(wd)
+    refuse_image(image, wd, [says], opts="data=" + value)
+
+
 def test_unknown_allocator(wd):
     image = new_image(wd)
     refuse_image(image, wd, ["unknown allocator", "nope", "regular"], opts="allocator=nope")

@@ -239,6 +239,29 @@ def test_fsync_costs_two_flushes():
     assert rc == 0, out
 
 
+@pytest.mark.parametrize("mode", ["ordered", "writeback"])
+def test_data_modes_keep_fsynced_data(mode):
+    """-o data=ordered and data=writeback mount and both keep file data
+    ahead of the commit that maps it: a crash after the commit of files
+    written and fsync'd leaves every one intact after the replay."""
+    image = make_image(size="64M")
+    m = mount(image, opts=QUIET + ",data=" + mode, crash="commit:4")
+    want = {}
+    try:
+        for i in range(3):
+            want["f%d" % i] = pattern(i, 20000 + i)
+            try:
+                fsync_file(m.path("f%d" % i), want["f%d" % i])
+            except OSError:
+                assert i == 2
+    finally:
+        crashed(m)
+    rrfuse_replay(image)
+    rc, out = fsck(image)
+    assert rc == 0, out
+    check_files(read_tree(image), want)
+
+
 # ------------------------------------------------------------- interchange
 
 @pytest.mark.parametrize("mkfs_args", [CSUM_V3, NO_CSUM, TINY], ids=["csum_v3", "no_csum_32bit", "tiny_1k"])
