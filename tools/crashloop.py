@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """SIGKILL rrfuse at random moments of a busy mixed workload, for as many
 rounds as asked (the CI test, tests/mount/test_journal_write.py
-test_crash_anywhere, runs a few): after each, rrfuse replays the journal
-and e2fsck -fn must find the image clean, every fsync'd file intact and
-every rename atomic.
+test_crash_anywhere, runs a few): after each, e2fsck and the kernel replay
+copies and rrfuse the image itself; e2fsck -fn must find each clean, and
+rrfuse's every fsync'd file intact and every rename atomic.
 
   sudo tools/crashloop.py [ROUNDS] [MOUNT_OPTS] [MKFS_ARGS...]
   e.g. tools/crashloop.py 200

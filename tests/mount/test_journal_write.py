@@ -439,10 +439,37 @@ while True:
 '''
 
 
+def other_replays(image, rnd_i):
+    """e2fsck (-E journal_only) and, where loop devices work, the kernel
+    replay copies of a crashed image: each must then be e2fsck -fn clean."""
+    bad = []
+    e2 = copy(image, "e2fsck-replay.img")
+    r = subprocess.run(["e2fsck", "-fy", "-E", "journal_only", e2], capture_output=True, text=True)
+    rc, out = fsck(e2)
+    if r.returncode > 1 or rc:
+        bad.append("round %d: after e2fsck's replay (rc %d):\n%s" % (rnd_i, r.returncode, out))
+    os.unlink(e2)
+    if loop_works():
+        k = copy(image, "kernel-replay.img")
+        d = os.path.join(os.path.dirname(image), "kmnt")
+        os.makedirs(d, exist_ok=True)
+        r = subprocess.run(["mount", "-t", "ext4", "-o", "loop", k, d], capture_output=True, text=True)
+        if r.returncode:
+            bad.append("round %d: the kernel refused the crashed image: %s" % (rnd_i, r.stderr))
+        else:
+            subprocess.run(["umount", d], check=True)
+            rc, out = fsck(k)
+            if rc:
+                bad.append("round %d: after the kernel's replay:\n%s" % (rnd_i, out))
+        os.unlink(k)
+    return bad
+
+
 def crash_rounds(rounds, opts="", mkfs_args=(), seconds=(0.5, 2.5), seed=None, until_bad=False):
     """SIGKILL rrfuse at a random moment of a busy workload, round after
-    round on one image; after each, rrfuse's replay must leave an image
-    e2fsck -fn finds clean, every fsync'd file intact, every rename
+    round on one image; after each, the replays of e2fsck and the kernel
+    (on copies) and rrfuse's must leave an image e2fsck -fn finds clean;
+    rrfuse's must also keep every fsync'd file intact and every rename
     atomic.  Returns what was not: e2fsck's reports, files lost or
     changed, renames seen twice or not at all; with until_bad, stops at
     the first round that leaves any."""
@@ -462,6 +489,8 @@ def crash_rounds(rounds, opts="", mkfs_args=(), seconds=(0.5, 2.5), seed=None, u
         m.cleanup()
         proc.kill()
         proc.wait()
+        if "nojournal" not in opts:
+            bad += other_replays(image, rnd_i)
         # rrfuse replays at mount and unmounts clean
         mm = mount(image, opts=opts)
         try:
