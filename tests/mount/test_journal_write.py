@@ -439,30 +439,53 @@ while True:
 '''
 
 
+def keep_digests(root):
+    files = {}
+    for d, _, names in os.walk(os.path.join(root, "keep")):
+        for n in names:
+            with open(os.path.join(d, n), "rb") as fh:
+                files["keep/" + n] = hashlib.sha256(fh.read()).hexdigest()
+    return files
+
+
+def kernel_keep(image, opts, bad, what):
+    """Loop-mount image with the kernel (a read-write mount replays the
+    journal), read keep/, unmount: the digests, or None if it refused."""
+    d = os.path.join(os.path.dirname(image), "kmnt")
+    os.makedirs(d, exist_ok=True)
+    r = subprocess.run(["mount", "-t", "ext4", "-o", opts, image, d], capture_output=True, text=True)
+    if r.returncode:
+        bad.append("%s: the kernel refused the image: %s" % (what, r.stderr))
+        return None
+    try:
+        return keep_digests(d)
+    finally:
+        subprocess.run(["umount", d], check=True)
+
+
 def other_replays(image, rnd_i):
     """e2fsck (-E journal_only) and, where loop devices work, the kernel
-    replay copies of a crashed image: each must then be e2fsck -fn clean."""
-    bad = []
+    replay copies of a crashed image: each must then be e2fsck -fn clean.
+    What was wrong, and the trees of keep/ they leave ({name: digest},
+    read by the kernel)."""
+    bad, trees = [], []
     e2 = copy(image, "e2fsck-replay.img")
     r = subprocess.run(["e2fsck", "-fy", "-E", "journal_only", e2], capture_output=True, text=True)
     rc, out = fsck(e2)
     if r.returncode > 1 or rc:
         bad.append("round %d: after e2fsck's replay (rc %d):\n%s" % (rnd_i, r.returncode, out))
-    os.unlink(e2)
     if loop_works():
         k = copy(image, "kernel-replay.img")
-        d = os.path.join(os.path.dirname(image), "kmnt")
-        os.makedirs(d, exist_ok=True)
-        r = subprocess.run(["mount", "-t", "ext4", "-o", "loop", k, d], capture_output=True, text=True)
-        if r.returncode:
-            bad.append("round %d: the kernel refused the crashed image: %s" % (rnd_i, r.stderr))
-        else:
-            subprocess.run(["umount", d], check=True)
-            rc, out = fsck(k)
-            if rc:
-                bad.append("round %d: after the kernel's replay:\n%s" % (rnd_i, out))
+        for img, o, who in ((e2, "loop,ro", "e2fsck"), (k, "loop", "the kernel")):
+            t = kernel_keep(img, o, bad, "round %d, replayed by %s" % (rnd_i, who))
+            if t is not None:
+                trees.append((who, t))
+        rc, out = fsck(k)
+        if rc:
+            bad.append("round %d: after the kernel's replay:\n%s" % (rnd_i, out))
         os.unlink(k)
-    return bad
+    os.unlink(e2)
+    return bad, trees
 
 
 def crash_rounds(rounds, opts="", mkfs_args=(), seconds=(0.5, 2.5), seed=None, until_bad=False):
@@ -489,22 +512,25 @@ def crash_rounds(rounds, opts="", mkfs_args=(), seconds=(0.5, 2.5), seed=None, u
         m.cleanup()
         proc.kill()
         proc.wait()
+        trees = []
         if "nojournal" not in opts:
-            bad += other_replays(image, rnd_i)
+            more, trees = other_replays(image, rnd_i)
+            bad += more
         # rrfuse replays at mount and unmounts clean
         mm = mount(image, opts=opts)
         try:
-            files = {}
-            for root, _, names in os.walk(mm.path("keep")):
-                for n in names:
-                    with open(os.path.join(root, n), "rb") as fh:
-                        files["keep/" + n] = hashlib.sha256(fh.read()).hexdigest()
+            files = keep_digests(mm.mnt)
             mm.unmount()
         finally:
             mm.cleanup()
         rc, out = fsck(image)
         if rc != 0:
             bad.append(out)
+        for who, t in trees:
+            if t != files:
+                diff = sorted(n for n in set(t) | set(files) if t.get(n) != files.get(n))
+                bad.append("round %d: keep/ replayed by %s differs from rrfuse's replay: %s"
+                           % (rnd_i, who, diff[:10]))
         renamed, kept = {}, {}
         with open(log) as f:
             for line in f:
