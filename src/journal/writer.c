@@ -36,7 +36,8 @@ struct jw {
 	 * stays in the log, the next one written after it, from head on.
 	 */
 	int live;
-	uint32_t head;			/* the log block after the live transaction */
+	uint32_t tail;			/* the live transaction's first log block */
+	uint32_t head;			/* the log block after it: where the next one goes */
 	int aborted;
 	enum jw_point crash_at;		/* RRFUSE_JOURNAL_CRASH, read once at open */
 	uint64_t crash_nth;		/* ... at this transaction (1: the first) */
@@ -152,6 +153,7 @@ int jw_open(ext2_filsys fs, io_channel dev, struct jw **out, char *msg, size_t m
 		goto fail;
 	}
 	w->seq = be32toh(j->sb->s_sequence);
+	w->head = j->first;
 	ret = -EIO;
 	if (jnl_write_sb(j) || io_channel_flush(j->dev)) {
 		snprintf(msg, msglen, "cannot write the journal superblock");
@@ -254,6 +256,18 @@ static void put_header(unsigned char *block, uint32_t type, uint32_t seq)
 	jf_put_be32(block + offsetof(struct jf_header, h_sequence), seq);
 }
 
+/* Log blocks from at on, count of them from buf, going on at the first where the ring wraps. */
+static int ring_write(struct jw *w, uint32_t at, uint32_t count, const void *buf)
+{
+	struct jnl *j = &w->j;
+	uint32_t n = count < j->last - at ? count : j->last - at;
+	int ret = jnl_write(j, at, n, buf);
+
+	if (ret || n == count)
+		return ret;
+	return jnl_write(j, j->first, count - n, (const unsigned char *)buf + (size_t)n * j->bsize);
+}
+
 /*
  * One descriptor block and the n copies it describes, staged at w->stage
  * (after the superblock's block when with_sb: one write for both) and
@@ -299,7 +313,7 @@ static int write_group(struct jw *w, uint32_t seq, uint32_t at, int with_sb, siz
 		memcpy(w->stage, j->sbbuf, j->bsize);
 		return jnl_write(j, 0, (uint32_t)(n + 2), w->stage);
 	}
-	return jnl_write(j, at, (uint32_t)(n + 1), desc);
+	return ring_write(w, at, (uint32_t)(n + 1), desc);
 }
 
 static int write_commit(struct jw *w, uint32_t seq, uint32_t at)
@@ -323,7 +337,7 @@ int jw_log(struct jw *w, size_t n, const blk64_t *blks, const unsigned char *con
 {
 	struct jnl *j = &w->j;
 	uint32_t seq, start, at;
-	size_t done, g, need;
+	size_t done, g, need, room;
 	int ret = 0, with_sb;
 
 	if (w->aborted)
@@ -332,14 +346,19 @@ int jw_log(struct jw *w, size_t n, const blk64_t *blks, const unsigned char *con
 		return 0;
 	if (n > w->capacity)
 		return -EFBIG;
-	/* Descriptors, copies and the commit block: after the live transaction, or the log emptied first. */
+	/*
+	 * Descriptors, copies and the commit block go after the live
+	 * transaction, round the ring; where they would reach it, the log is
+	 * emptied first.
+	 */
 	need = n + (n + w->per_desc - 1) / w->per_desc + 1;
-	if (w->live && w->head + need > j->last) {
+	room = w->tail >= w->head ? w->tail - w->head : j->last - j->first - (w->head - w->tail);
+	if (w->live && need > room) {
 		ret = empty_log(w);
 		if (ret)
 			goto abort;
 	}
-	start = at = w->live ? w->head : j->first;
+	start = at = w->head;
 	/* An id is used once, even by a transaction that fails halfway. */
 	seq = w->seq++;
 	/*
@@ -361,7 +380,7 @@ int jw_log(struct jw *w, size_t n, const blk64_t *blks, const unsigned char *con
 		ret = write_group(w, seq, at, with_sb && !done && start == 1, g, blks + done, data + done);
 		if (ret)
 			goto abort;
-		at += (uint32_t)g + 1;
+		at = jnl_next(j, at, (uint32_t)g + 1);
 	}
 	/* Rules 1, 2 and 4: file data, the log blocks, the live transaction's home writes durable. */
 	if (io_channel_flush(j->dev)) {
@@ -384,7 +403,8 @@ int jw_log(struct jw *w, size_t n, const blk64_t *blks, const unsigned char *con
 		goto abort;
 	}
 	w->live = 1;
-	w->head = at + 1;
+	w->tail = start;
+	w->head = jnl_next(j, at, 1);
 	crash_point(w, JW_AFTER_COMMIT);
 	return 0;
 abort:

@@ -13,9 +13,10 @@
  * home writes durable; only then does the journal superblock name the new
  * transaction as the log's start, and the old one is gone from the log.  A
  * commit so costs two flushes, as the kernel's (the one before the commit
- * block, the one after it).  When the next transaction does not fit after
- * the live one, the log is emptied first (a flush, the superblock, a
- * flush) and it starts at the log's first block: no transaction wraps.
+ * block, the one after it).  Transactions follow each other round the
+ * ring, wrapping from its last block to its first; only when the next one
+ * would reach the live one (a transaction near the log's size) is the log
+ * emptied first (a flush, the superblock, a flush).
  * The log holds no revoke records, and needs none.  A replay applies the
  * transaction the superblock names and the one after it, if committed: T
  * alone once T's second flush has returned, T-1 and T only if T's commit

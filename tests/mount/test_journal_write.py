@@ -262,6 +262,64 @@ def test_data_modes_keep_fsynced_data(mode):
     check_files(read_tree(image), want)
 
 
+def test_log_wraps_round_the_ring():
+    """A 1 MiB journal (1023 log blocks) and 300 fsync'd appends, about
+    seven log blocks each: the log goes round the ring twice, transactions
+    wrapping from its last block to its first, and is never emptied for
+    room (two flushes a commit, none more).  Then a crash after the 301st
+    commit: the kernel, e2fsck and rrfuse replay the wrapped log alike."""
+    image = make_image(size="64M", mkfs_args=TINY)
+    m = mount(image)
+    data = b""
+    try:
+        fd = os.open(m.path("f"), os.O_CREAT | os.O_WRONLY, 0o644)
+        before = conftest.device_io(m)
+        for i in range(300):
+            chunk = pattern(i, 4096)
+            os.write(fd, chunk)
+            os.fsync(fd)
+            data += chunk
+        after = conftest.device_io(m)
+        os.close(fd)
+        m.unmount()
+    finally:
+        m.cleanup()
+    assert after["flushes"] - before["flushes"] == 600, (before, after)
+    # again from where the log is now, to a crash after a wrapped commit
+    m = mount(image, crash="commit:302")
+    try:
+        fd = os.open(m.path("f"), os.O_WRONLY | os.O_APPEND)
+        try:
+            for i in range(300, 601):
+                chunk = pattern(i, 4096)
+                os.write(fd, chunk)
+                os.fsync(fd)
+                data += chunk
+        except OSError:
+            assert i == 600, "the daemon stopped before transaction 302"
+            data += chunk               # its commit block is durable: replayed
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    finally:
+        crashed(m)
+    e2 = copy(image, "e2.img")
+    k = copy(image, "k.img")
+    r = subprocess.run(["e2fsck", "-fy", "-E", "journal_only", e2], capture_output=True, text=True)
+    assert r.returncode <= 1, r.stdout + r.stderr
+    log, _ = rrfuse_replay(image)
+    assert "replayed 1 transaction" in log, log
+    replayed = [image, e2]
+    if loop_works():
+        kernel_replay(k)
+        replayed.append(k)
+    for img in replayed:
+        rc, out = fsck(img)
+        assert rc == 0, "%s: %s" % (img, out)
+        assert read_tree(img)["f"] == data, img
+
+
 # ------------------------------------------------------------- interchange
 
 @pytest.mark.parametrize("mkfs_args", [CSUM_V3, NO_CSUM, TINY], ids=["csum_v3", "no_csum_32bit", "tiny_1k"])
