@@ -172,7 +172,8 @@ def check_state(state, want, kernel):
             bad.append("%s: %s" % (name, "both names" if here else "lost"))
         elif files[here[0]] != digest:
             bad.append("%s changed" % here[0])
-    r = subprocess.run(["e2fsck", "-fy", "-E", "journal_only", e2], capture_output=True, text=True)
+    # Not -f: with it journal_only goes on to check and repair, hiding what the replay left.
+    r = subprocess.run(["e2fsck", "-y", "-E", "journal_only", e2], capture_output=True, text=True)
     rc, out = fsck(e2)
     if r.returncode > 1 or rc:
         bad.append("after e2fsck's replay (rc %d) e2fsck -fn says:\n%s" % (r.returncode, out))
