@@ -318,16 +318,10 @@ static errcode_t rr_io_set_blksize(io_channel ch, int blksize)
 	return 0;
 }
 
-static size_t io_bytes(io_channel ch, int count)
-{
-	/* A negative count is a byte count, by io_manager convention. */
-	return count < 0 ? (size_t)-count : (size_t)count * (size_t)ch->block_size;
-}
-
 static errcode_t rr_io_read_blk64(io_channel ch, unsigned long long block, int count, void *data)
 {
 	struct io_dev *priv = ch->private_data;
-	size_t len = io_bytes(ch, count);
+	size_t len = (size_t)io_count_bytes(ch, count);
 	int ret;
 
 	trace_io(TRACE_META, TRACE_READ, block * (uint64_t)ch->block_size, len);
@@ -343,7 +337,7 @@ static errcode_t rr_io_write_blk64(io_channel ch, unsigned long long block, int 
 				   const void *data)
 {
 	struct io_dev *priv = ch->private_data;
-	size_t len = io_bytes(ch, count);
+	size_t len = (size_t)io_count_bytes(ch, count);
 	int ret;
 
 	trace_io(TRACE_META, TRACE_WRITE, block * (uint64_t)ch->block_size, len);

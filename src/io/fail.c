@@ -55,12 +55,6 @@ static int fail_data(struct io_layer *l, int write, uint64_t off, uint64_t len,
 	return fails((struct fail *)l, write ? 'w' : 'r', off, len) ? -EIO : 0;
 }
 
-static uint64_t bytes(io_channel ch, int count)
-{
-	/* A negative count is a byte count, by io_manager convention. */
-	return count < 0 ? (uint64_t)-count : (uint64_t)count * (uint64_t)ch->block_size;
-}
-
 static errcode_t fail_open(const char *name, int flags, io_channel *channel)
 {
 	struct fail probe, *f;
@@ -115,7 +109,7 @@ static errcode_t fail_set_blksize(io_channel ch, int blksize)
 static errcode_t transfer(io_channel ch, int write, unsigned long long block, int count, void *data)
 {
 	struct fail *f = ch->private_data;
-	uint64_t len = bytes(ch, count);
+	uint64_t len = io_count_bytes(ch, count);
 	errcode_t err;
 
 	if (fails(f, write ? 'w' : 'r', block * (uint64_t)ch->block_size, len))

@@ -18,6 +18,11 @@ struct io_layer *io_layer_of(io_channel ch)
 	return NULL;
 }
 
+uint64_t io_count_bytes(io_channel ch, int count)
+{
+	return count < 0 ? (uint64_t)-(int64_t)count : (uint64_t)count * (uint64_t)ch->block_size;
+}
+
 io_channel io_bottom(io_channel ch)
 {
 	struct io_layer *l;

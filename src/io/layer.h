@@ -47,6 +47,8 @@ struct io_layer {
 		    const struct iovec *iov, int iovcnt);
 };
 
+/* The bytes a transfer of count moves on ch: a negative count is a byte count (io_manager convention). */
+uint64_t io_count_bytes(io_channel ch, int count);
 /* ch's layer, or NULL when ch is no channel of this stack. */
 struct io_layer *io_layer_of(io_channel ch);
 /* The device's channel at the bottom of ch's stack. */

@@ -76,10 +76,13 @@ static int record_data(struct io_layer *l, int write, uint64_t off, uint64_t len
 	return ret;
 }
 
-static uint64_t bytes(io_channel ch, int count)
+/* The layer below did err; if nothing failed, the record of what it did. */
+static errcode_t done(struct record *r, errcode_t err, uint32_t type, uint64_t off, uint64_t len,
+		      uint64_t arg, const struct iovec *data, int n)
 {
-	/* A negative count is a byte count, by io_manager convention. */
-	return count < 0 ? (uint64_t)-count : (uint64_t)count * (uint64_t)ch->block_size;
+	if (err)
+		return err;
+	return put(r, type, off, len, arg, data, n) ? EIO : 0;
 }
 
 static errcode_t record_open(const char *name, int flags, io_channel *channel)
@@ -154,12 +157,10 @@ static errcode_t record_read_blk64(io_channel ch, unsigned long long block, int 
 static errcode_t record_write_blk64(io_channel ch, unsigned long long block, int count, const void *data)
 {
 	struct record *r = ch->private_data;
-	struct iovec v = { .iov_base = (void *)data, .iov_len = bytes(ch, count) };
-	errcode_t err = io_channel_write_blk64(r->layer.lower, block, count, data);
+	struct iovec v = { .iov_base = (void *)data, .iov_len = io_count_bytes(ch, count) };
 
-	if (err)
-		return err;
-	return put(r, RR_REC_WRITE, block * (uint64_t)ch->block_size, v.iov_len, 0, &v, 1) ? EIO : 0;
+	return done(r, io_channel_write_blk64(r->layer.lower, block, count, data), RR_REC_WRITE,
+		    block * (uint64_t)ch->block_size, v.iov_len, 0, &v, 1);
 }
 
 static errcode_t record_read_blk(io_channel ch, unsigned long block, int count, void *data)
@@ -176,48 +177,36 @@ static errcode_t record_write_byte(io_channel ch, unsigned long offset, int size
 {
 	struct record *r = ch->private_data;
 	struct iovec v = { .iov_base = (void *)data, .iov_len = (size_t)size };
-	errcode_t err = io_channel_write_byte(r->layer.lower, offset, size, data);
 
-	if (err)
-		return err;
-	return put(r, RR_REC_WRITE, offset, (uint64_t)size, 0, &v, 1) ? EIO : 0;
+	return done(r, io_channel_write_byte(r->layer.lower, offset, size, data), RR_REC_WRITE, offset,
+		    (uint64_t)size, 0, &v, 1);
 }
 
 static errcode_t record_flush(io_channel ch)
 {
 	struct record *r = ch->private_data;
 	struct stat st;
-	errcode_t err;
 
 	/* What the log held when the flush began is what the flush makes durable. */
 	if (fstat(r->fd, &st))
 		return errno;
-	err = io_channel_flush(r->layer.lower);
-	if (err)
-		return err;
-	return put(r, RR_REC_FLUSH, 0, 0, (uint64_t)st.st_size, NULL, 0) ? EIO : 0;
+	return done(r, io_channel_flush(r->layer.lower), RR_REC_FLUSH, 0, 0, (uint64_t)st.st_size, NULL, 0);
 }
 
 static errcode_t record_zeroout(io_channel ch, unsigned long long block, unsigned long long count)
 {
 	struct record *r = ch->private_data;
-	errcode_t err = io_channel_zeroout(r->layer.lower, block, count);
 
-	if (err)
-		return err;
-	return put(r, RR_REC_ZERO, block * (uint64_t)ch->block_size, count * (uint64_t)ch->block_size,
-		   0, NULL, 0) ? EIO : 0;
+	return done(r, io_channel_zeroout(r->layer.lower, block, count), RR_REC_ZERO,
+		    block * (uint64_t)ch->block_size, count * (uint64_t)ch->block_size, 0, NULL, 0);
 }
 
 static errcode_t record_discard(io_channel ch, unsigned long long block, unsigned long long count)
 {
 	struct record *r = ch->private_data;
-	errcode_t err = io_channel_discard(r->layer.lower, block, count);
 
-	if (err)
-		return err;
-	return put(r, RR_REC_DISCARD, block * (uint64_t)ch->block_size, count * (uint64_t)ch->block_size,
-		   0, NULL, 0) ? EIO : 0;
+	return done(r, io_channel_discard(r->layer.lower, block, count), RR_REC_DISCARD,
+		    block * (uint64_t)ch->block_size, count * (uint64_t)ch->block_size, 0, NULL, 0);
 }
 
 static struct struct_io_manager record_manager = {

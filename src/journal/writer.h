@@ -33,8 +33,9 @@
  *   1. file data before the commit block: the data path's writes have
  *      returned before the commit (under the fs lock) starts, and the
  *      flush after the log blocks makes them durable with them (jw_log);
- *   2. log blocks and the superblock naming them before the commit block:
- *      a flush between them (jw_log);
+ *   2. the log blocks before the commit block: a flush between them
+ *      (jw_log); over an empty log the superblock naming them goes with
+ *      them, behind a live transaction after that flush (rules 4 and 5);
  *   3. the commit block durable before any home write: a flush after it
  *      (jw_log), home writes only after jw_log returned 0 (cache.c);
  *   4. home writes durable before the log no longer holds their
@@ -78,7 +79,7 @@ size_t jw_capacity(const struct jw *w);
  * as jbd2 aborts a journal).
  */
 int jw_log(struct jw *w, size_t n, const blk64_t *blks, const unsigned char *const *data);
-/* The last transaction's blocks are home and flushed: the log is empty (written, not flushed). */
+/* The last transaction's blocks are written home (durable at the next transaction's first flush, or jw_close's). */
 int jw_checkpointed(struct jw *w);
 /* The home writes failed: the log keeps the only good copy, so nothing more is written. */
 void jw_abort(struct jw *w);

@@ -522,30 +522,40 @@ def kernel_keep(image, opts, bad, what):
         subprocess.run(["umount", d], check=True)
 
 
-def other_replays(image, rnd_i):
-    """e2fsck (-E journal_only) and, where loop devices work, the kernel
-    replay copies of a crashed image: each must then be e2fsck -fn clean.
-    What was wrong, and the trees of keep/ they leave ({name: digest},
-    read by the kernel)."""
+def other_replays(image, what, kernel=True):
+    """e2fsck (-E journal_only) and, with kernel and where loop devices
+    work, the kernel replay copies of a crashed image: each must then be
+    e2fsck -fn clean.  What was wrong (each line starting with what), and
+    the trees of keep/ they leave ({name: digest}, read by the kernel)."""
     bad, trees = [], []
     e2 = copy(image, "e2fsck-replay.img")
     # Not -f: with it journal_only goes on to check and repair, hiding what the replay left.
     r = subprocess.run(["e2fsck", "-y", "-E", "journal_only", e2], capture_output=True, text=True)
     rc, out = fsck(e2)
     if r.returncode > 1 or rc:
-        bad.append("round %d: after e2fsck's replay (rc %d):\n%s" % (rnd_i, r.returncode, out))
-    if loop_works():
+        bad.append("%s: after e2fsck's replay (rc %d):\n%s" % (what, r.returncode, out))
+    if kernel and loop_works():
         k = copy(image, "kernel-replay.img")
         for img, o, who in ((e2, "loop,ro", "e2fsck"), (k, "loop", "the kernel")):
-            t = kernel_keep(img, o, bad, "round %d, replayed by %s" % (rnd_i, who))
+            t = kernel_keep(img, o, bad, "%s, replayed by %s" % (what, who))
             if t is not None:
                 trees.append((who, t))
         rc, out = fsck(k)
         if rc:
-            bad.append("round %d: after the kernel's replay:\n%s" % (rnd_i, out))
+            bad.append("%s: after the kernel's replay:\n%s" % (what, out))
         os.unlink(k)
     os.unlink(e2)
     return bad, trees
+
+
+def trees_differ(trees, files, what):
+    """Each of other_replays' keep/ trees must equal rrfuse's (files)."""
+    bad = []
+    for who, t in trees:
+        if t != files:
+            diff = sorted(n for n in set(t) | set(files) if t.get(n) != files.get(n))
+            bad.append("%s: keep/ replayed by %s differs from rrfuse's replay: %s" % (what, who, diff[:10]))
+    return bad
 
 
 def crash_rounds(rounds, opts="", mkfs_args=(), seconds=(0.5, 2.5), seed=None, until_bad=False):
@@ -574,7 +584,7 @@ def crash_rounds(rounds, opts="", mkfs_args=(), seconds=(0.5, 2.5), seed=None, u
         proc.wait()
         trees = []
         if "nojournal" not in opts:
-            more, trees = other_replays(image, rnd_i)
+            more, trees = other_replays(image, "round %d" % rnd_i)
             bad += more
         # rrfuse replays at mount and unmounts clean
         mm = mount(image, opts=opts)
@@ -586,11 +596,7 @@ def crash_rounds(rounds, opts="", mkfs_args=(), seconds=(0.5, 2.5), seed=None, u
         rc, out = fsck(image)
         if rc != 0:
             bad.append(out)
-        for who, t in trees:
-            if t != files:
-                diff = sorted(n for n in set(t) | set(files) if t.get(n) != files.get(n))
-                bad.append("round %d: keep/ replayed by %s differs from rrfuse's replay: %s"
-                           % (rnd_i, who, diff[:10]))
+        bad += trees_differ(trees, files, "round %d" % rnd_i)
         renamed, kept = {}, {}
         with open(log) as f:
             for line in f:

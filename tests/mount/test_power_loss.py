@@ -150,19 +150,12 @@ def tree_digests(image):
 
 def check_state(state, want, kernel):
     """What is wrong with one rebuilt state, replayed three ways: a list."""
-    bad = []
-    e2 = state + ".e2fsck"
-    k = state + ".kernel"
-    shutil.copyfile(state, e2)
-    if kernel:
-        shutil.copyfile(state, k)
+    # e2fsck and the kernel on copies first: rrfuse replays the state itself
+    bad, trees = jw.other_replays(state, "the state", kernel)
     try:
         files, daemon_log = tree_digests(state)
     except conftest.MountError as e:
-        for p in (e2, k):
-            if os.path.exists(p):
-                os.unlink(p)
-        return ["rrfuse cannot mount the state: %s" % e]
+        return bad + ["rrfuse cannot mount the state: %s" % e]
     rc, out = fsck(state)
     if rc:
         bad.append("after rrfuse's replay e2fsck -fn says:\n" + out + "\n" + daemon_log[-1500:])
@@ -172,24 +165,7 @@ def check_state(state, want, kernel):
             bad.append("%s: %s" % (name, "both names" if here else "lost"))
         elif files[here[0]] != digest:
             bad.append("%s changed" % here[0])
-    # Not -f: with it journal_only goes on to check and repair, hiding what the replay left.
-    r = subprocess.run(["e2fsck", "-y", "-E", "journal_only", e2], capture_output=True, text=True)
-    rc, out = fsck(e2)
-    if r.returncode > 1 or rc:
-        bad.append("after e2fsck's replay (rc %d) e2fsck -fn says:\n%s" % (r.returncode, out))
-    if kernel:
-        # each replay's keep/, read by the kernel, equals rrfuse's
-        for img, o, who in ((e2, "loop,ro", "e2fsck"), (k, "loop", "the kernel")):
-            t = jw.kernel_keep(img, o, bad, "replayed by " + who)
-            if t is not None and t != files:
-                diff = sorted(n for n in set(t) | set(files) if t.get(n) != files.get(n))
-                bad.append("keep/ replayed by %s differs from rrfuse's replay: %s" % (who, diff[:10]))
-        rc, out = fsck(k)
-        if rc:
-            bad.append("after the kernel's replay e2fsck -fn says:\n" + out)
-        os.unlink(k)
-    os.unlink(e2)
-    return bad
+    return bad + jw.trees_differ(trees, files, "the state")
 
 
 def power_cuts(states, opts="", mkfs_args=(), seconds=3.0, seed=None, kernel_every=3):
