@@ -132,8 +132,15 @@ def sequential_extents(opts):
             for name in names:
                 write_file(os.path.join(mnt, name), block, 64)
             n += sum(len(extents(image, name)) for name in names)
+            free = os.statvfs(mnt).f_bfree
             for name in names:
                 os.unlink(os.path.join(mnt, name))
+            # As in overwrite_cycles: the next round starts with the space freed and
+            # committed, or how much of it file data may take varies with timing
+            # (CI under ASan once saw regular 54 and rralloc 71).
+            assert wait_for(lambda: os.statvfs(mnt).f_bfree >= free + 6 * 64 * MIB // 4096,
+                            timeout=10)
+            commit(None, mnt)
         return n
 
     n = run_mounted(image, rounds, opts=opts)
@@ -142,14 +149,16 @@ def sequential_extents(opts):
 
 
 def test_rralloc_sequential_files_as_few_extents_as_regular():
-    """A file's own stream stays as contiguous under rralloc as under regular.
-    (Measured: rralloc 73 and 82, regular 79 and 90 leaf extents for 18 files.
-    With 16 MiB groups, as above, both vary from 50 to 72 and either can be
-    ahead: windows break at the backup superblocks of every other group.)"""
+    """A file's own stream stays as contiguous under rralloc as under regular:
+    the rotor moves between files, never inside one (moving inside one would
+    give each 64 MiB file its 8 MiB flushes in different places, 8 or more
+    extents a file, 144 or more in all).  Both policies vary run to run with
+    the writeback's order: measured rralloc 61-82, regular 54-90, either ahead,
+    the ratio up to 1.31; the bound is 1.5x."""
     rr = sequential_extents("rralloc")
     reg = sequential_extents("allocator=regular")
     print("leaf extents of 18 x 64 MiB files: rralloc %d, regular %d" % (rr, reg))
-    assert rr <= 1.25 * reg, (rr, reg)
+    assert rr <= 1.5 * reg, (rr, reg)
 
 
 @pytest.mark.opts("allocator=firstfit")
