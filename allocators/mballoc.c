@@ -31,13 +31,15 @@
  *    can never disagree with the bitmap.
  *  - File data may be allocated without the fs lock (RR_ALLOC_NOLOCK):
  *    the blocks go to the buddy and to the group's pending map, and reach
- *    libext2fs's bitmap, descriptors and counts at rr_alloc_sync, run each
- *    time the daemon takes the fs lock.  The free-space counts the engine
- *    checks requests against are its own atomics (sb_free, claimed,
- *    da_reserved), so no request reads libext2fs without the fs lock.
+ *    libext2fs's bitmap, descriptors and counts at rr_alloc_mapped, in the
+ *    fs-locked section that maps them.  Not before: a commit in between
+ *    would write a bitmap with blocks that no file owns, and a crash then
+ *    leaves them lost to e2fsck.  The free-space counts the engine checks
+ *    requests against are its own atomics (sb_free, claimed, da_reserved),
+ *    so no request reads libext2fs without the fs lock.
  *
  * Invariants (checked with -o check, rr_alloc_verify; for groups changed
- * without the fs lock, at the sync that applies the change)
+ * without the fs lock, when the change is mapped or given back)
  *  - For a loaded group: buddy order 0 == on-disk bitmap | pending map |
  *    frozen blocks | PA ranges | hints, and the higher orders, counters,
  *    free and fragment counts are what generating the buddy from that map
@@ -346,7 +348,7 @@ static int group_load_locked(struct rr_alloc *a, uint32_t g)
 /*
  * Load g if it is not loaded.  Reading libext2fs's bitmap needs the fs
  * lock: a request running without it takes it here (holding none of the
- * engine's locks), which also applies what is pending (rr_alloc_sync).
+ * engine's locks).
  */
 int mb_load_group(struct rr_alloc *a, uint32_t g)
 {
@@ -458,7 +460,7 @@ static void group_verify(struct rr_alloc *a, uint32_t g)
 	pthread_mutex_unlock(&grp->lock);
 }
 
-/* After a change to [blk, blk+len) under the fs lock; a request without it is checked at the sync. */
+/* After a change to [blk, blk+len) under the fs lock; a request without it is checked when mapped. */
 static void verify_range(struct rr_alloc *a, uint64_t blk, uint64_t len)
 {
 	uint32_t g, last;
@@ -500,80 +502,18 @@ static void disk_mark(struct rr_alloc *a, uint64_t blk, uint32_t len, int inuse)
 /*
  * Blocks [off, off+len) of group g (its lock held), free in the buddy
  * until now or preallocated, are in use from now on: on disk at once with
- * the fs lock, else in the pending map, and the group on the pending stack.
+ * the fs lock, else in the pending map until they are mapped.
  */
 static void take_locked(struct rr_alloc *a, uint32_t g, uint32_t off, uint32_t len)
 {
 	struct mb_group *grp = &a->groups[g];
-	int32_t head;
 
 	if (!tl_nolock) {
 		disk_mark(a, group_first(a, g) + off, len, +1);
 		return;
 	}
 	map_set_range(grp->pmap, off, len);
-	if (!grp->npending || off < grp->pfirst)
-		grp->pfirst = off;
-	if (!grp->npending || off + len > grp->plast)
-		grp->plast = off + len;
 	grp->npending += len;
-	if (grp->queued)
-		return;
-	grp->queued = 1;
-	head = atomic_load(&a->pending_head);
-	do
-		grp->qnext = head;
-	while (!atomic_compare_exchange_weak(&a->pending_head, &head, (int32_t)g));
-}
-
-/*
- * Apply g's pending map to libext2fs.  fs lock and group lock held.  The
- * group stays queued: it may still be on a stack that rr_alloc_sync walks.
- */
-static void group_apply_locked(struct rr_alloc *a, uint32_t g)
-{
-	struct mb_group *grp = &a->groups[g];
-	uint32_t n = grp->plast, i = grp->pfirst, s;
-
-	if (!grp->npending)
-		return;
-	while (i < n) {
-		if (!grp->pmap[i >> 3] && !(i & 7)) {
-			i += 8;
-			continue;
-		}
-		if (!mb_bit_test(grp->pmap, i)) {
-			i++;
-			continue;
-		}
-		for (s = i; i < n && mb_bit_test(grp->pmap, i); i++)
-			mb_bit_clear(grp->pmap, i);
-		disk_mark(a, group_first(a, g) + s, i - s, +1);
-	}
-	/* After the free count went down: a request may count them twice meanwhile, never not at all. */
-	atomic_fetch_sub(&a->claimed, grp->npending);
-	grp->npending = 0;
-}
-
-void rr_alloc_sync(struct rr_alloc *a)
-{
-	int32_t g;
-
-	if (atomic_load(&a->pending_head) < 0)
-		return;
-	g = atomic_exchange(&a->pending_head, -1);
-	while (g >= 0) {
-		struct mb_group *grp = &a->groups[g];
-		int32_t next;
-
-		pthread_mutex_lock(&grp->lock);
-		next = grp->qnext;
-		group_apply_locked(a, (uint32_t)g);
-		grp->queued = 0;
-		pthread_mutex_unlock(&grp->lock);
-		verify_range(a, group_first(a, (uint32_t)g), 1);
-		g = next;
-	}
 }
 
 /*
@@ -1940,10 +1880,98 @@ static void claim_range(struct rr_alloc *a, uint64_t blk, uint64_t len)
 	}
 }
 
+/*
+ * How much of [blk, blk+n) (one group, its lock held) from blk on is
+ * pending, or not, as blk is (*pending); a pending run leaves the map.
+ */
+static uint32_t take_pending_run(struct rr_alloc *a, uint32_t g, uint64_t blk, uint32_t n, int *pending)
+{
+	struct mb_group *grp = &a->groups[g];
+	uint32_t off = (uint32_t)(blk - group_first(a, g)), i;
+
+	if (!grp->pmap) {
+		*pending = 0;
+		return n;
+	}
+	*pending = mb_bit_test(grp->pmap, off);
+	for (i = 0; i < n && !!mb_bit_test(grp->pmap, off + i) == *pending; i++)
+		if (*pending)
+			mb_bit_clear(grp->pmap, off + i);
+	if (*pending)
+		grp->npending -= i;
+	return i;
+}
+
+/* [blk, blk+len) in runs within a group, each pending or not and out of the map, to fn.  fs lock held. */
+static void each_pending_run(struct rr_alloc *a, uint64_t blk, uint64_t len,
+			     void (*fn)(struct rr_alloc *, uint64_t, uint32_t, int))
+{
+	while (len) {
+		uint32_t g = group_of(a, blk), n;
+		uint64_t rest = group_first(a, g) + group_nblocks(a, g) - blk;
+		struct mb_group *grp = &a->groups[g];
+		int pending;
+
+		if (rest > len)
+			rest = len;
+		pthread_mutex_lock(&grp->lock);
+		n = take_pending_run(a, g, blk, (uint32_t)rest, &pending);
+		pthread_mutex_unlock(&grp->lock);
+		fn(a, blk, n, pending);
+		blk += n;
+		len -= n;
+	}
+}
+
+/* Mapped: a pending run goes into libext2fs; one there already (taken under the fs lock) stays. */
+static void map_run_mapped(struct rr_alloc *a, uint64_t blk, uint32_t n, int pending)
+{
+	blk64_t clear;
+
+	if (!pending) {
+		if (ext2fs_find_first_zero_block_bitmap2(a->fs->block_map, blk, blk + n - 1, &clear))
+			return;
+		mb_fail("mapping blocks that no request handed out", group_of(a, blk));
+	}
+	disk_mark(a, blk, n, +1);
+	/* After the free count went down: a request may count them twice meanwhile, never not at all. */
+	atomic_fetch_sub(&a->claimed, n);
+	verify_range(a, blk, n);
+}
+
+void rr_alloc_mapped(struct rr_alloc *a, uint64_t pblk, uint32_t len)
+{
+	each_pending_run(a, pblk, len, map_run_mapped);
+}
+
+/*
+ * Given back: a pending run never reached the disk, so it is free again
+ * at once, with no commit to wait for; a run on disk is freed as any.
+ */
+static void free_run(struct rr_alloc *a, uint64_t blk, uint32_t n, int pending)
+{
+	uint32_t g = group_of(a, blk);
+	struct mb_group *grp = &a->groups[g];
+
+	if (!pending) {
+		disk_mark(a, blk, n, -1);
+		release_range(a, blk, n);
+		return;
+	}
+	/* Handed out of a PA: the PA goes first, as for any free inside one. */
+	pa_discard_overlap(a, blk, n, 1);
+	pthread_mutex_lock(&grp->lock);
+	if (mb_buddy_free(grp->buddy, (uint32_t)(blk - group_first(a, g)), n))
+		mb_fail("giving back pending blocks that are free", g);
+	group_update(a, g);
+	pthread_mutex_unlock(&grp->lock);
+	atomic_fetch_sub(&a->claimed, n);
+	verify_range(a, blk, n);
+}
+
 void rr_free_blocks(struct rr_alloc *a, uint64_t pblk, uint32_t len)
 {
-	disk_mark(a, pblk, len, -1);
-	release_range(a, pblk, len);
+	each_pending_run(a, pblk, len, free_run);
 }
 
 /* ---- libext2fs's callbacks (fs lock held) ---- */
@@ -2147,7 +2175,6 @@ int rr_alloc_attach(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr
 	/* As the kernel's s_resv_clusters: 2 % of the blocks, at most 4096. */
 	a->meta_resv = blocks / 50 < 4096 ? blocks / 50 : 4096;
 	atomic_init(&a->sb_free, ext2fs_free_blocks_count(fs->super));
-	atomic_init(&a->pending_head, -1);
 	a->groups = calloc(a->ngroups, sizeof(*a->groups));
 	a->pa_nbuckets = 1024;
 	a->pa_hash = calloc(a->pa_nbuckets, sizeof(*a->pa_hash));
@@ -2243,7 +2270,6 @@ void rr_alloc_detach(struct rr_alloc *a)
 	if (a->t.mb_stats)
 		print_stats(a);
 	if (a->fs->priv_data == a) {
-		rr_alloc_sync(a);
 		rr_alloc_settle(a);
 		/* PAs were never on disk: dropping them leaves the bitmap holding only owned blocks. */
 		rr_alloc_discard_all(a);

@@ -95,22 +95,20 @@ enum { MB_LIST_LARGEST, MB_LIST_AVG, MB_NLISTS };
  * (set once, by the group's load).
  */
 struct mb_group {
-	pthread_mutex_t lock;		/* buddy, pmap, pas list, queued */
+	pthread_mutex_t lock;		/* buddy, pmap, npending, pas list */
 	struct mb_buddy *_Atomic buddy;	/* NULL until first use (lazy load) */
 	/*
 	 * Blocks taken without the fs lock and not yet in libext2fs's bitmap
-	 * (1 = pending), applied by rr_alloc_sync.  Allocated with the buddy,
-	 * and followed in the same allocation by the frozen map (group_fmap):
-	 * blocks freed and waiting for their commit (1 = frozen: free in the
-	 * bitmap, used in the buddy), in a->frozen or a->committing; fs lock
-	 * and this lock.  One pointer for both: on 16 TiB a second one in
-	 * every group was 1 MiB.
+	 * (1 = pending): held there until the fs-locked section that maps them
+	 * applies them (rr_alloc_mapped) or gives them back (rr_free_blocks).
+	 * Allocated with the buddy, and followed in the same allocation by the
+	 * frozen map (group_fmap): blocks freed and waiting for their commit
+	 * (1 = frozen: free in the bitmap, used in the buddy), in a->frozen or
+	 * a->committing; fs lock and this lock.  One pointer for both: on
+	 * 16 TiB a second one in every group was 1 MiB.
 	 */
 	uint8_t *pmap;
 	uint32_t npending;
-	uint32_t pfirst, plast;		/* pending bits lie in [pfirst, plast) (when npending) */
-	int queued;			/* on the pending stack (a->pending_head) */
-	int32_t qnext;			/* next on that stack */
 	_Atomic uint32_t free;		/* in the buddy: preallocated blocks count as used */
 	_Atomic uint32_t fragments;
 	_Atomic int8_t largest_order;	/* -1: none free */
@@ -248,8 +246,6 @@ struct rr_alloc {
 	_Atomic uint64_t sb_free;
 	_Atomic uint64_t claimed;
 	_Atomic uint64_t da_reserved;
-	/* Groups with pending blocks: a stack of group numbers through mb_group.qnext, -1 = empty. */
-	_Atomic int32_t pending_head;
 	/* Blocks chosen for libext2fs (HINT_ONLY), marked in the buddy until it accounts them (fs lock). */
 	struct rr_extent *hints;
 	uint32_t nhints, hints_cap;

@@ -258,8 +258,9 @@ static int zero_old_tail(struct rr_fs *rfs, struct rr_inode *ri, uint64_t upto)
 /*
  * Map a run the allocator handed out at lblk (unwritten if uninit), or
  * give it back if that fails (or ret, an earlier step's error, is set):
- * a run is mapped whole or not at all (emap_tree_map).  Caller holds rw
- * exclusively, not the fs lock.
+ * a run is mapped whole or not at all (emap_tree_map).  Its blocks enter
+ * the bitmap in the same fs-locked section as the map (rr_alloc_mapped).
+ * Caller holds rw exclusively, not the fs lock.
  */
 static int map_run(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk, const struct rr_extent *ex,
 		   int uninit, unsigned int flags, int ret, uint64_t size_to)
@@ -271,13 +272,23 @@ static int map_run(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk, const 
 		ret = inode_load(rfs, ri->ino, &in);
 	if (!ret)
 		ret = emap_map(rfs, ri, &in, lblk, ex->pblk, ex->len, uninit);
+	if (ret) {
+		rr_free_blocks(rfs->alloc, ex->pblk, ex->len);
+		/* The data stays buffered: promise its blocks again (they were just freed). */
+		if (flags & RR_ALLOC_RESERVED)
+			rr_alloc_reserve(rfs->alloc, ex->len, 1);
+		rr_fs_unlock(rfs);
+		return ret;
+	}
+	rr_alloc_mapped(rfs->alloc, ex->pblk, ex->len);
 	/*
 	 * Written data past i_size: the size follows in the same step, as the
 	 * kernel's i_disksize follows each mapped extent, so no commit (the
 	 * interval's, or one the allocator asks for) writes an inode whose
-	 * initialised blocks pass its size.
+	 * initialised blocks pass its size.  Should that fail, the blocks stay
+	 * mapped (and so in use): the write fails, the data is there.
 	 */
-	if (!ret && size_to > ri->size) {
+	if (size_to > ri->size) {
 		ret = inode_load(rfs, ri->ino, &in);
 		if (!ret)
 			ret = rr_err_ino(ext2fs_inode_size_set(rfs->fs, (struct ext2_inode *)&in, size_to),
@@ -286,12 +297,6 @@ static int map_run(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk, const 
 			ret = inode_write(rfs, ri->ino, &in);
 		if (!ret)
 			ri->size = size_to;
-	}
-	if (ret) {
-		rr_free_blocks(rfs->alloc, ex->pblk, ex->len);
-		/* The data stays buffered: promise its blocks again (they were just freed). */
-		if (flags & RR_ALLOC_RESERVED)
-			rr_alloc_reserve(rfs->alloc, ex->len, 1);
 	}
 	rr_fs_unlock(rfs);
 	return ret;

@@ -1,22 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * The fs lock: every libext2fs call and the state behind it (rrfs.h states
- * the lock order).  Taking it applies what the allocator did without it;
- * dropping it settles what libext2fs's own allocations chose.
+ * the lock order).  Dropping it settles what libext2fs's own allocations
+ * chose.
  */
 #include "rrfs.h"
 
-/*
- * Every fs-locked section starts with the blocks that file data took
- * without the lock applied to libext2fs (so it sees them, and the maps it
- * writes never point at blocks its bitmaps call free), and ends with the
- * allocator's choices for libext2fs's own allocations settled.
- */
 void rr_fs_lock(struct rr_fs *rfs)
 {
 	pthread_mutex_lock(&rfs->lock);
-	if (rfs->alloc)
-		rr_alloc_sync(rfs->alloc);
 }
 
 void rr_fs_unlock_nocommit(struct rr_fs *rfs)

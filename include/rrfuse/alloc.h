@@ -16,10 +16,10 @@
  * Locking: the caller holds the fs lock (libext2fs's bitmaps are the
  * state), except for rr_alloc_blocks with RR_ALLOC_NOLOCK, rr_alloc_avail,
  * rr_alloc_free and the promise calls, which need no lock.  Blocks taken
- * without the fs lock reach libext2fs's bitmap and counts at the next
- * rr_alloc_sync, which the daemon runs each time it takes the fs lock: so
- * every fs-locked section sees them, and the metadata that maps them,
- * written under the fs lock, never reaches the disk before they do.
+ * without the fs lock reach libext2fs's bitmap and counts only at
+ * rr_alloc_mapped, in the fs-locked section that maps them: no commit
+ * writes a bitmap that holds blocks no file owns (a crash would leave
+ * them lost), nor a map whose blocks the bitmap calls free.
  */
 #ifndef RRFUSE_ALLOC_H
 #define RRFUSE_ALLOC_H
@@ -42,9 +42,10 @@
 #define RR_ALLOC_CLOSED		0x0020
 /*
  * The caller does not hold the fs lock (file data only): the blocks are
- * marked in the engine and applied to libext2fs by rr_alloc_sync.  The
- * allocator takes the fs lock itself (rr_alloc_set_lock) only to load a
- * group it has not used before.
+ * held in the engine, used for every other request and free in
+ * libext2fs's bitmap, until the caller maps them (rr_alloc_mapped) or
+ * gives them back (rr_free_blocks).  The allocator takes the fs lock
+ * itself (rr_alloc_set_lock) only to load a group it has not used before.
  */
 #define RR_ALLOC_NOLOCK		0x0040
 /*
@@ -135,10 +136,11 @@ void rr_alloc_detach(struct rr_alloc *a);
  */
 void rr_alloc_set_lock(struct rr_alloc *a, void (*lock)(void *), void (*unlock)(void *), void *arg);
 /*
- * With the fs lock just taken: apply the blocks taken without it to
- * libext2fs's bitmap, descriptors and counts.  Cheap when there are none.
+ * Blocks handed out are mapped now (fs lock held, in the section whose
+ * metadata maps them): those an RR_ALLOC_NOLOCK request took go into
+ * libext2fs's bitmap, descriptors and counts.
  */
-void rr_alloc_sync(struct rr_alloc *a);
+void rr_alloc_mapped(struct rr_alloc *a, uint64_t pblk, uint32_t len);
 /*
  * With the fs lock about to be dropped: blocks chosen for libext2fs's own
  * allocations (its callbacks) that it did not account after all go back.
@@ -176,7 +178,11 @@ uint64_t rr_alloc_reserve(struct rr_alloc *a, uint64_t n, int root);
 void rr_alloc_unreserve(struct rr_alloc *a, uint64_t n);
 uint64_t rr_alloc_reserved(struct rr_alloc *a);
 
-/* Return an extent that rr_alloc_blocks handed out and that no file references. */
+/*
+ * Return an extent that rr_alloc_blocks handed out and that no file
+ * references: blocks on disk wait for the commit that frees them, blocks
+ * an RR_ALLOC_NOLOCK request took and nobody mapped are free at once.
+ */
 void rr_free_blocks(struct rr_alloc *a, uint64_t pblk, uint32_t len);
 
 /*

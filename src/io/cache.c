@@ -16,7 +16,11 @@
  *    (cache_zeroout, cache_discard).
  *  - Writes addressed in bytes (the superblock, rr_fs_write_super) go to the
  *    device after every dirty block: the superblock never names what is
- *    not on the device yet (the orphan list's head, in a commit).
+ *    not on the device yet (the orphan list's head, in a commit).  A write
+ *    of part of it (libext2fs's flush writes only the words that changed,
+ *    each run apart) patches its block here instead (write_byte_staged),
+ *    and the write-back writes that block last: the superblock reaches the
+ *    device in one write, never its fields without their checksum.
  *  - Blocks freed are not reused for file data before the commit that
  *    frees them is on disk: the allocator keeps them (allocators/mballoc.c,
  *    free_freed and rr_alloc_blocks; the commit brackets it, src/commit.c).
@@ -257,6 +261,14 @@ static void drop_range(struct cache *c, blk64_t blk, uint64_t count)
 	}
 }
 
+/* Bytes [offset, offset+size) lie in the primary superblock, and are not all of it. */
+static int part_of_super(unsigned long offset, int size)
+{
+	return offset >= SUPERBLOCK_OFFSET && size > 0 &&
+	       offset + (unsigned long)size <= SUPERBLOCK_OFFSET + SUPERBLOCK_SIZE &&
+	       (unsigned long)size < SUPERBLOCK_SIZE;
+}
+
 static int by_block(const void *a, const void *b)
 {
 	const struct cache_ent *x = *(struct cache_ent *const *)a, *y = *(struct cache_ent *const *)b;
@@ -264,7 +276,7 @@ static int by_block(const void *a, const void *b)
 	return x->blk < y->blk ? -1 : x->blk > y->blk;
 }
 
-/* Blocks v[0..k) (in block order) to their homes, runs merged into one write each; all clean after. */
+/* Blocks v[0..k) (in block order, the superblock's perhaps last) to their homes, runs merged into one write each; all clean after. */
 static errcode_t write_home(struct cache *c, struct cache_ent **v, size_t k)
 {
 	unsigned char *run = NULL;
@@ -395,6 +407,12 @@ static errcode_t writeback_flushed(struct cache *c, int *flushed)
 			*flushed = !err;
 		atomic_store(&c->full, c->ndirty >= c->jnl.want);
 	} else {
+		/* The superblock's block last (the byte-write rule above): it names what the rest holds. */
+		if (k > 1 && v[0]->blk == SUPERBLOCK_OFFSET / c->bsize) {
+			e = v[0];
+			memmove(v, v + 1, (k - 1) * sizeof(*v));
+			v[k - 1] = e;
+		}
 		err = write_home(c, v, k);
 	}
 	free(v);
@@ -699,8 +717,11 @@ static errcode_t cache_read_blk64(io_channel ch, unsigned long long block, int c
 	return report(ch, 0);
 }
 
-/* Under a journal: the bytes patch their blocks here (read first if need be), dirty, for the next transaction. */
-static errcode_t write_byte_journaled(struct cache *c, unsigned long offset, int size, const void *data)
+/*
+ * The bytes patch their blocks here (read first if need be), dirty: under
+ * a journal for the next transaction, else for the next write-back.
+ */
+static errcode_t write_byte_staged(struct cache *c, unsigned long offset, int size, const void *data)
 {
 	unsigned char *buf;
 	uint64_t b;
@@ -740,8 +761,8 @@ static errcode_t cache_write_byte(io_channel ch, unsigned long offset, int size,
 	uint64_t b;
 
 	pthread_mutex_lock(&c->lock);
-	if (c->jnl.log) {
-		err = write_byte_journaled(c, offset, size, data);
+	if (c->jnl.log || part_of_super(offset, size)) {
+		err = write_byte_staged(c, offset, size, data);
 		pthread_mutex_unlock(&c->lock);
 		return report(ch, err);
 	}

@@ -171,8 +171,11 @@ def check_state(state, want, kernel):
 def power_cuts(states, opts="", mkfs_args=(), seconds=3.0, seed=None, kernel_every=3):
     """Record a workload, then rebuild and check states: half at flush
     points, half a flush point plus a random subset of the writes after it
-    (up to the next flush).  Returns (what was wrong, how many states were
-    checked, how many flushes the log held)."""
+    (up to the next flush).  The mount's first two flush points and the
+    unmount's last two are always among them, each also with every write
+    after it alone (the superblock's needs_recovery and state change
+    there).  Returns (what was wrong, how many states were checked, how
+    many flushes the log held)."""
     rnd = random.Random(seed)
     image = make_image(size="128M", mkfs_args=mkfs_args)
     top = os.path.dirname(image)
@@ -191,8 +194,10 @@ def power_cuts(states, opts="", mkfs_args=(), seconds=3.0, seed=None, kernel_eve
         assert a.read() == b.read(), "the recorder's log does not rebuild the image it recorded"
     os.unlink(final)
     assert len(flushes) >= 4, "a busy workload made only %d flushes" % len(flushes)
-    picks = sorted(rnd.sample(range(len(flushes)), min(states, len(flushes))))
+    edges = {0, 1, len(flushes) - 2, len(flushes) - 1}
+    picks = sorted(set(rnd.sample(range(len(flushes)), min(states, len(flushes)))) | edges)
     bad = []
+    checked = 0
     state = os.path.join(top, "state.img")
     durable = os.path.join(top, "durable.img")
     shutil.copyfile(base, durable)
@@ -207,17 +212,25 @@ def power_cuts(states, opts="", mkfs_args=(), seconds=3.0, seed=None, kernel_eve
         # the writes after this flush began, up to the next flush's beginning
         nxt = flushes[k + 1][1] if k + 1 < len(flushes) else len(buf)
         after = [r for r in recs[upto:] if r[0] < nxt]
-        what = "flush %d of %d" % (k + 1, len(flushes))
-        if i % 2 and after:
-            chosen = sorted(rnd.sample(range(len(after)), rnd.randrange(1, len(after) + 1)))
-            with open(state, "r+b") as f:
-                apply(f.fileno(), buf, [after[c] for c in chosen])
-            what += " + %d of the %d writes after it" % (len(chosen), len(after))
-        want = expected(log, fpos)
-        for b in check_state(state, want, loop_works() and i % kernel_every == 0):
-            bad.append("%s: %s" % (what, b))
+        subsets = [None]
+        if k in edges and len(after) <= 8:
+            subsets += [[c] for c in range(len(after))]
+        elif i % 2 and after:
+            subsets = [sorted(rnd.sample(range(len(after)), rnd.randrange(1, len(after) + 1)))]
+        for chosen in subsets:
+            what = "flush %d of %d" % (k + 1, len(flushes))
+            if chosen is not None:
+                shutil.copyfile(durable, state)
+                with open(state, "r+b") as f:
+                    apply(f.fileno(), buf, [after[c] for c in chosen])
+                what += " + write%s %s of the %d after it" % (
+                    "s" if len(chosen) > 1 else "", ",".join(str(c + 1) for c in chosen), len(after))
+            want = expected(log, fpos)
+            for b in check_state(state, want, loop_works() and checked % kernel_every == 0):
+                bad.append("%s: %s" % (what, b))
+            checked += 1
     buf.close()
-    return bad, len(picks), len(flushes)
+    return bad, checked, len(flushes)
 
 
 @pytest.mark.parametrize("mkfs_args", [jw.CSUM_V3, jw.TINY], ids=["csum_v3", "tiny_1k"])

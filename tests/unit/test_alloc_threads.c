@@ -5,13 +5,15 @@
  * without the "fs lock" (RR_ALLOC_NOLOCK) by several threads while another
  * thread, holding the lock, has libext2fs allocate and free metadata
  * blocks through the callbacks and frees file extents.  The lock here is a
- * mutex whose taking applies the pending blocks (rr_alloc_sync) and whose
- * release settles libext2fs's choices (rr_alloc_settle), as the daemon's.
+ * mutex whose release settles libext2fs's choices (rr_alloc_settle), as
+ * the daemon's.  Writers map what they took under it now and then
+ * (rr_alloc_mapped, as the daemon's map_run), and give some back unmapped
+ * (map_run's failure path).
  *
- * At the end no block was handed out twice, every block handed out is in
- * libext2fs's bitmap, the free count is exact, and the buddies equal the
- * bitmaps (check is on: every sync verifies the groups it applied).  Run
- * under ThreadSanitizer by tools/run-tests.sh.
+ * At the end no block was handed out twice, every block mapped is in
+ * libext2fs's bitmap and none held unmapped is, the free count is exact,
+ * and the buddies equal the bitmaps (check is on: every mapping verifies
+ * the groups it changed).  Run under ThreadSanitizer by tools/run-tests.sh.
  */
 #include "unit.h"
 #include <check.h>
@@ -40,7 +42,6 @@ static void big_lock(void *arg)
 {
 	(void)arg;
 	pthread_mutex_lock(&big);
-	rr_alloc_sync(a);
 }
 
 static void big_unlock(void *arg)
@@ -86,11 +87,30 @@ struct writer {
 	unsigned int seed;
 	struct rr_extent ext[ROUNDS * 2];
 	int n;
+	int nmapped;		/* ext[0..nmapped) are mapped, the rest held */
+	int given_back;		/* blocks given back unmapped */
 	int enospc;
 	int root;
-	int keep_pas;		/* never a new file: no PA discard, which takes the lock */
+	int keep_pas;		/* never takes the lock: no PA discard, no mapping */
 	int bad;		/* an answer that is neither an extent nor ENOSPC (checked by the main thread) */
 };
+
+/* Under the lock: map what w holds (the last extent given back instead, if give_back). */
+static void map_held(struct writer *w, int give_back)
+{
+	if (give_back && w->n > w->nmapped) {
+		struct rr_extent *e = &w->ext[--w->n];
+		uint64_t free = ext2fs_free_blocks_count(fs->super);
+
+		ck_assert(ext2fs_test_block_bitmap_range2(fs->block_map, e->pblk, e->len));
+		rr_free_blocks(a, e->pblk, e->len);
+		/* Never on disk: back at once, with no change to libext2fs's counts. */
+		ck_assert_uint_eq(ext2fs_free_blocks_count(fs->super), free);
+		w->given_back += e->len;
+	}
+	for (; w->nmapped < w->n; w->nmapped++)
+		rr_alloc_mapped(a, w->ext[w->nmapped].pblk, w->ext[w->nmapped].len);
+}
 
 static void *write_files(void *arg)
 {
@@ -123,6 +143,11 @@ static void *write_files(void *arg)
 		}
 		w->ext[w->n++] = ex;
 		lblk += ex.len;
+		if (!w->keep_pas && rand_r(&w->seed) % 4 == 0) {
+			big_lock(NULL);
+			map_held(w, rand_r(&w->seed) % 8 == 0);
+			big_unlock(NULL);
+		}
 		/* Now and then a new file: its PAs go, as at a last close. */
 		if (!w->keep_pas && rand_r(&w->seed) % 16 == 0) {
 			big_lock(NULL);
@@ -167,16 +192,18 @@ static int cmp_ext(const void *x, const void *y)
 	return p->pblk < q->pblk ? -1 : p->pblk > q->pblk;
 }
 
-/* All extents: disjoint, in the bitmap; the free count is the start's minus them. */
+/* All extents: disjoint, mapped, in the bitmap; the free count is the start's minus them. */
 static uint64_t check_extents(struct writer *w, int nw)
 {
 	static struct rr_extent all[MAXEXT];
 	uint64_t used = 0;
 	int i, j, n = 0;
 
-	for (i = 0; i < nw; i++)
+	for (i = 0; i < nw; i++) {
+		ck_assert_int_eq(w[i].nmapped, w[i].n);
 		for (j = 0; j < w[i].n; j++)
 			all[n++] = w[i].ext[j];
+	}
 	qsort(all, (size_t)n, sizeof(all[0]), cmp_ext);
 	for (i = 0; i < n; i++) {
 		if (i)
@@ -184,7 +211,8 @@ static uint64_t check_extents(struct writer *w, int nw)
 				      "blocks %llu..%llu handed out twice",
 				      (unsigned long long)all[i].pblk,
 				      (unsigned long long)(all[i - 1].pblk + all[i - 1].len - 1));
-		ck_assert(ext2fs_test_block_bitmap_range2(fs->block_map, all[i].pblk, all[i].len) == 0);
+		for (j = 0; j < (int)all[i].len; j++)
+			ck_assert(ext2fs_test_block_bitmap2(fs->block_map, all[i].pblk + (uint64_t)j));
 		used += all[i].len;
 	}
 	return used;
@@ -205,8 +233,12 @@ static void run_writers(struct writer *w, int nw, int with_metadata)
 	atomic_store(&stop, 1);
 	if (with_metadata)
 		pthread_join(m, NULL);
-	for (i = 0; i < nw; i++)
+	big_lock(NULL);
+	for (i = 0; i < nw; i++) {
 		ck_assert_int_eq(w[i].bad, 0);
+		map_held(&w[i], 0);
+	}
+	big_unlock(NULL);
 }
 
 START_TEST(writers_at_once_never_share_a_block)
@@ -225,6 +257,8 @@ START_TEST(writers_at_once_never_share_a_block)
 	rr_alloc_discard_all(a);
 	used = check_extents(w, WRITERS);
 	ck_assert_uint_gt(used, 0);
+	for (i = 0; i < WRITERS; i++)
+		ck_assert_int_gt(w[i].given_back, 0);
 	ck_assert_uint_eq(ext2fs_free_blocks_count(fs->super), start_free - used);
 	ck_assert_uint_eq(rr_alloc_free(a), start_free - used);
 	ck_assert_uint_eq(atomic_load(&a->claimed), 0);
@@ -264,7 +298,7 @@ START_TEST(writers_at_once_stop_at_the_reserves)
 		for (i = 0; i < WRITERS; i++) {
 			full &= w[i].enospc > 0;
 			/* What was handed out stays in use; the record starts again. */
-			w[i].n = 0;
+			w[i].n = w[i].nmapped = 0;
 		}
 	}
 	ck_assert(full);
@@ -281,8 +315,9 @@ END_TEST
 
 /*
  * No lock that every allocation takes: with every group loaded, a writer
- * allocates while another thread holds the fs lock the whole time, and its
- * blocks reach libext2fs only once the lock is taken again.
+ * allocates while another thread holds the fs lock the whole time.  Its
+ * blocks reach libext2fs only when they are mapped: a section that takes
+ * the lock before that (a commit, say) sees none of them in the bitmap.
  */
 START_TEST(allocates_while_the_fs_lock_is_held)
 {
@@ -291,7 +326,7 @@ START_TEST(allocates_while_the_fs_lock_is_held)
 	uint64_t used;
 	pthread_t t;
 	uint32_t g;
-	int ret;
+	int ret, i;
 
 	for (g = 0; g < a->ngroups; g++)
 		ck_assert_int_eq(mb_load_group(a, g), 0);
@@ -312,6 +347,11 @@ START_TEST(allocates_while_the_fs_lock_is_held)
 	ck_assert_int_eq(w.bad, 0);
 	ck_assert_int_gt(w.n, 0);
 	big_lock(NULL);
+	ck_assert_uint_eq(ext2fs_free_blocks_count(fs->super), start_free);
+	for (i = 0; i < w.n; i++)
+		ck_assert(ext2fs_test_block_bitmap_range2(fs->block_map, w.ext[i].pblk, w.ext[i].len));
+	rr_alloc_verify(a);
+	map_held(&w, 0);
 	used = check_extents(&w, 1);
 	ck_assert_uint_eq(ext2fs_free_blocks_count(fs->super), start_free - used);
 	big_unlock(NULL);
