@@ -7,6 +7,7 @@
 #include "rrfs.h"
 #include "io/cache.h"
 #include "io/dev.h"
+#include "journal/writer.h"
 #include "log.h"
 #include "orphan.h"
 #include "error.h"
@@ -66,17 +67,23 @@ static void mmp_check(struct rr_fs *rfs)
 	}
 }
 
-/* One extent this commit frees: the cache forgets what of it is still free. */
+/*
+ * One extent this commit frees: the cache forgets what of it is still
+ * free, and the journal revokes what of that the live transaction logged.
+ */
 static void forget_freed(void *arg, uint64_t blk, uint64_t len)
 {
-	ext2_filsys fs = arg;
+	struct rr_fs *rfs = arg;
+	ext2_filsys fs = rfs->fs;
 	blk64_t end = blk + len - 1, s = blk, e;
 
-	/* Metadata may have taken some of it again in this commit: those blocks stay. */
+	/* Metadata may have taken some of it again in this commit: those blocks stay (and are logged). */
 	while (s <= end && !ext2fs_find_first_zero_block_bitmap2(fs->block_map, s, end, &s)) {
 		if (ext2fs_find_first_set_block_bitmap2(fs->block_map, s, end, &e))
 			e = end + 1;
 		io_cache_forget(fs->io, s, e - s);
+		if (rfs->jw)
+			jw_revoke(rfs->jw, s, e - s);
 		s = e;
 	}
 }
@@ -100,7 +107,7 @@ static errcode_t commit_prepare(struct rr_fs *rfs)
 	}
 	/* What this commit frees is written nowhere, nor logged (io_cache_forget). */
 	if (rfs->alloc)
-		rr_alloc_committing_each(rfs->alloc, forget_freed, fs);
+		rr_alloc_committing_each(rfs->alloc, forget_freed, rfs);
 	return err;
 }
 

@@ -38,6 +38,12 @@ struct jw {
 	int live;
 	uint32_t tail;			/* the live transaction's first log block */
 	uint32_t head;			/* the log block after it: where the next one goes */
+	struct jw_blocks {
+		blk64_t *v;
+		size_t n, cap;
+	} logged,			/* the live transaction's blocks, sorted */
+	  revoked;			/* of those, the ones freed since: the next transaction revokes them */
+	int revoke_lost;		/* out of memory for a record: the next transaction empties the log */
 	int aborted;
 	enum jw_point crash_at;		/* RRFUSE_JOURNAL_CRASH, read once at open */
 	uint64_t crash_nth;		/* ... at this transaction (1: the first) */
@@ -88,6 +94,8 @@ static int set_features(struct jw *w, char *msg, size_t msglen)
 		incompat |= JF_INCOMPAT_CSUM_V3;
 	if (ext2fs_has_feature_64bit(fs->super))
 		incompat |= JF_INCOMPAT_64BIT;
+	/* Its transactions may carry revoke records (the kernel's jbd2 sets it at its first). */
+	incompat |= JF_INCOMPAT_REVOKE;
 	if (be32toh(sb->s_header.h_blocktype) != JF_SUPERBLOCK_V2) {
 		if (compat != j->compat || incompat != j->incompat) {
 			snprintf(msg, msglen, "a version 1 journal superblock cannot have the features this filesystem needs");
@@ -184,7 +192,10 @@ static int empty_log(struct jw *w)
 	j->sb->s_sequence = htobe32(w->seq);
 	if (jnl_write_sb(j) || io_channel_flush(j->dev))
 		return -EIO;
+	/* No transaction is left to replay: nothing to revoke. */
 	w->live = 0;
+	w->logged.n = w->revoked.n = 0;
+	w->revoke_lost = 0;
 	return 0;
 }
 
@@ -198,6 +209,8 @@ int jw_close(struct jw *w)
 		ret = -EIO;
 	free(w->stage);
 	free(w->commit);
+	free(w->logged.v);
+	free(w->revoked.v);
 	jnl_close(&w->j);
 	free(w);
 	return ret;
@@ -316,6 +329,87 @@ static int write_group(struct jw *w, uint32_t seq, uint32_t at, int with_sb, siz
 	return ring_write(w, at, (uint32_t)(n + 1), desc);
 }
 
+static int blocks_add(struct jw_blocks *b, blk64_t blk)
+{
+	if (b->n == b->cap) {
+		size_t cap = b->cap ? b->cap * 2 : 64;
+		blk64_t *v = realloc(b->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		b->v = v;
+		b->cap = cap;
+	}
+	b->v[b->n++] = blk;
+	return 0;
+}
+
+static int by_blk(const void *a, const void *b)
+{
+	blk64_t x = *(const blk64_t *)a, y = *(const blk64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+void jw_revoke(struct jw *w, blk64_t blk, uint64_t len)
+{
+	size_t lo = 0, hi = w->logged.n;
+
+	/* The first logged block at or after blk. */
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (w->logged.v[mid] < blk)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (; lo < w->logged.n && w->logged.v[lo] - blk < len; lo++)
+		if (blocks_add(&w->revoked, w->logged.v[lo]))
+			w->revoke_lost = 1;
+}
+
+/* Records a revoke block holds: after its header, before the tail under csum v2/v3. */
+static size_t revoke_per_block(const struct jnl *j)
+{
+	size_t rec = j->incompat & JF_INCOMPAT_64BIT ? sizeof(uint64_t) : sizeof(uint32_t);
+
+	return (j->bsize - sizeof(struct jf_revoke) - j->tail_size) / rec;
+}
+
+/* w->revoked as revoke blocks of transaction seq from log block at on; returns the block after. */
+static int write_revokes(struct jw *w, uint32_t seq, uint32_t *at)
+{
+	struct jnl *j = &w->j;
+	size_t per = revoke_per_block(j), done, k, off;
+	int wide = !!(j->incompat & JF_INCOMPAT_64BIT);
+	unsigned char *r = w->commit;	/* free until the commit block is made */
+
+	for (done = 0; done < w->revoked.n; done += k) {
+		k = w->revoked.n - done < per ? w->revoked.n - done : per;
+		memset(r, 0, j->bsize);
+		put_header(r, JF_REVOKE_BLOCK, seq);
+		off = sizeof(struct jf_revoke);
+		for (size_t i = 0; i < k; i++) {
+			blk64_t b = w->revoked.v[done + i];
+
+			if (wide) {
+				jf_put_be32(r + off, (uint32_t)(b >> 32));
+				off += sizeof(uint32_t);
+			}
+			jf_put_be32(r + off, (uint32_t)b);
+			off += sizeof(uint32_t);
+		}
+		jf_put_be32(r + offsetof(struct jf_revoke, r_count), (uint32_t)off);
+		if (j->csum)
+			block_csum_set(j, r, j->bsize - sizeof(struct jf_tail));
+		if (jnl_write(j, *at, 1, r))
+			return -EIO;
+		*at = jnl_next(j, *at, 1);
+	}
+	return 0;
+}
+
 static int write_commit(struct jw *w, uint32_t seq, uint32_t at)
 {
 	struct jnl *j = &w->j;
@@ -352,8 +446,10 @@ int jw_log(struct jw *w, size_t n, const blk64_t *blks, const unsigned char *con
 	 * emptied first.
 	 */
 	need = n + (n + w->per_desc - 1) / w->per_desc + 1;
+	need += (w->revoked.n + revoke_per_block(j) - 1) / revoke_per_block(j);
 	room = w->tail >= w->head ? w->tail - w->head : j->last - j->first - (w->head - w->tail);
-	if (w->live && need > room) {
+	/* Emptied, the log replays nothing, and a revoke record lost to memory does not matter. */
+	if (w->live && (need > room || w->revoke_lost)) {
 		ret = empty_log(w);
 		if (ret)
 			goto abort;
@@ -382,6 +478,9 @@ int jw_log(struct jw *w, size_t n, const blk64_t *blks, const unsigned char *con
 			goto abort;
 		at = jnl_next(j, at, (uint32_t)g + 1);
 	}
+	ret = write_revokes(w, seq, &at);
+	if (ret)
+		goto abort;
 	/* Rules 1, 2 and 4: file data, the log blocks, the live transaction's home writes durable. */
 	if (io_channel_flush(j->dev)) {
 		ret = -EIO;
@@ -405,6 +504,13 @@ int jw_log(struct jw *w, size_t n, const blk64_t *blks, const unsigned char *con
 	w->live = 1;
 	w->tail = start;
 	w->head = jnl_next(j, at, 1);
+	/* This one is the live transaction now: its blocks are the ones a later free revokes. */
+	w->revoked.n = w->logged.n = 0;
+	for (done = 0; done < n; done++)
+		if (blocks_add(&w->logged, blks[done]))
+			w->revoke_lost = 1;
+	if (w->logged.n > 1)
+		qsort(w->logged.v, w->logged.n, sizeof(*w->logged.v), by_blk);
 	crash_point(w, JW_AFTER_COMMIT);
 	return 0;
 abort:

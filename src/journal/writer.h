@@ -17,16 +17,18 @@
  * ring, wrapping from its last block to its first; only when the next one
  * would reach the live one (a transaction near the log's size) is the log
  * emptied first (a flush, the superblock, a flush).
- * The log holds no revoke records, and needs none.  A replay applies the
- * transaction the superblock names and the one after it, if committed: T
- * alone once T's second flush has returned, T-1 and T only if T's commit
- * block reached the device before the superblock naming T, so before that
- * flush returned.  A block freed in T is reused only after T commits (the
- * allocator's rule), and no transaction holds a copy of a block it frees
- * (the commit has the cache forget them: io_cache_forget, src/commit.c).
- * So no replay writes a logged copy over a block's next owner: T-1's
- * copies are of blocks not freed before T committed, T's of blocks it did
- * not free.  Transaction ids only grow, from the journal superblock's
+ * A replay applies the transaction the superblock names and the one
+ * after it, if committed: T alone once T's second flush has returned, T-1
+ * and T only if T's commit block reached the device before the superblock
+ * naming T, so before that flush returned.  A block freed in T is reused
+ * only after T commits (the allocator's rule), and no transaction holds a
+ * copy of a block it frees (the commit has the cache forget them:
+ * io_cache_forget, src/commit.c).  So no replay writes a logged copy over
+ * a block's next owner: T-1's copies are of blocks not freed before T
+ * committed, T's of blocks it did not free.  T still revokes the blocks of
+ * T-1 that it frees (jw_revoke), as jbd2 revokes freed metadata: a replay
+ * of both then skips them, whatever the order of the writes above.
+ * Transaction ids only grow, from the journal superblock's
  * s_sequence at start, across mounts; jw_close empties the log.
  *
  * The ordering rules (data=ordered), each kept where it is named:
@@ -79,6 +81,12 @@ size_t jw_capacity(const struct jw *w);
  * as jbd2 aborts a journal).
  */
 int jw_log(struct jw *w, size_t n, const blk64_t *blks, const unsigned char *const *data);
+/*
+ * Blocks [blk, blk+len) are freed by the transaction being built (fs
+ * lock held, before its jw_log): those the live transaction logged get a
+ * revoke record in it.
+ */
+void jw_revoke(struct jw *w, blk64_t blk, uint64_t len);
 /* The last transaction's blocks are written home (durable at the next transaction's first flush, or jw_close's). */
 int jw_checkpointed(struct jw *w);
 /* The home writes failed: the log keeps the only good copy, so nothing more is written. */

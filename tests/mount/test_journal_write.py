@@ -168,13 +168,14 @@ def read_tree(image, kernel=False):
 # ------------------------------------------------------------------ format
 
 @pytest.mark.parametrize("mkfs_args,jfeatures", [
-    (CSUM_V3, "journal_64bit journal_checksum_v3"), (NO_CSUM, "(none)"), (ONE_K, None)],
+    (CSUM_V3, "journal_incompat_revoke journal_64bit journal_checksum_v3"),
+    (NO_CSUM, "journal_incompat_revoke"), (ONE_K, None)],
     ids=["csum_v3", "no_csum_32bit", "1k_blocks"])
 def test_transaction_format(mkfs_args, jfeatures):
     """The committed transaction is what debugfs logdump reads: a
     descriptor and a commit block of the expected id, the journal's
-    features set as the kernel's mount sets them; e2fsck -n sees only a
-    journal to recover."""
+    features set as the kernel's are once it has revoked a block; e2fsck
+    -n sees only a journal to recover."""
     image, _ = crash_after_commit(mkfs_args, nfiles=3)
     assert "needs_recovery" in features(image)
     if jfeatures:
@@ -188,6 +189,47 @@ def test_transaction_format(mkfs_args, jfeatures):
     assert "checksum" not in out.lower() or "bad" not in out.lower(), out
     r = subprocess.run(["e2fsck", "-fn", image], capture_output=True, text=True)
     assert "skipping journal recovery" in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+def test_freed_metadata_is_revoked():
+    """A transaction that frees blocks the live one logged revokes them, as
+    jbd2 does: a directory's blocks, logged when it was filled, revoked by
+    the commit of its removal; e2fsck, the kernel and rrfuse replay the
+    crashed image clean."""
+    image = make_image(size="64M", mkfs_args=CSUM_V3)
+    m = mount(image, crash="commit:3")
+    try:
+        os.mkdir(m.path("d"))
+        for i in range(300):
+            open(m.path("d/a-rather-long-file-name-%04d" % i), "w").close()
+        fd = os.open(m.path("d"), os.O_RDONLY)
+        os.fsync(fd)                                 # transaction 2 logs d's blocks
+        os.close(fd)
+        out = subprocess.run(["debugfs", "-R", "blocks /d", image], capture_output=True,
+                             text=True).stdout
+        dblocks = {int(b) for b in out.split()}
+        assert len(dblocks) >= 2, out
+        shutil.rmtree(m.path("d"))
+        fd = os.open(m.mnt, os.O_RDONLY)
+        try:
+            os.fsync(fd)                             # transaction 3 frees them
+        except OSError:
+            pass
+        os.close(fd)
+    finally:
+        crashed(m)
+    blocks, out = logdump(image)
+    seq = int(dumpe2fs(image, "Journal sequence"), 16)
+    assert (seq, 5) in [(s, t) for s, t, _ in blocks], out
+    full = subprocess.run(["debugfs", "-R", "logdump -a", image], capture_output=True, text=True).stdout
+    revoked = {int(b) for b in re.findall(r"Revoke FS block (\d+)", full)}
+    assert dblocks <= revoked, (sorted(dblocks), sorted(revoked), full[-3000:])
+    bad, _ = other_replays(image, "e2fsck and the kernel")
+    assert not bad, "\n".join(bad)
+    log, snap = rrfuse_replay(image)
+    assert "d" not in snap, log
+    rc, fout = fsck(image)
+    assert rc == 0, fout
 
 
 def test_crash_needs_a_replay_only():
