@@ -129,7 +129,7 @@ static void *write_files(void *arg)
 		int ret;
 
 		req.isize = (lblk + req.len) * 1024;
-		if (lblk)
+		if (lblk && w->n)	/* the last extent may have been given back */
 			req.nbr.pleft = req.goal = w->ext[w->n - 1].pblk + w->ext[w->n - 1].len;
 		req.nbr.lleft = lblk ? lblk - 1 : 0;
 		ret = rr_alloc_blocks(a, &req, &ex);
