@@ -1929,9 +1929,10 @@ static void map_run_mapped(struct rr_alloc *a, uint64_t blk, uint32_t n, int pen
 	blk64_t clear;
 
 	if (!pending) {
-		if (ext2fs_find_first_zero_block_bitmap2(a->fs->block_map, blk, blk + n - 1, &clear))
-			return;
-		mb_fail("mapping blocks that no request handed out", group_of(a, blk));
+		/* Taken with the fs lock held (no host lock set): in the bitmap already, every one. */
+		if (!ext2fs_find_first_zero_block_bitmap2(a->fs->block_map, blk, blk + n - 1, &clear))
+			mb_fail("mapping blocks that no request handed out", group_of(a, blk));
+		return;
 	}
 	disk_mark(a, blk, n, +1);
 	/* After the free count went down: a request may count them twice meanwhile, never not at all. */

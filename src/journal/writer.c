@@ -329,18 +329,21 @@ static int write_group(struct jw *w, uint32_t seq, uint32_t at, int with_sb, siz
 	return ring_write(w, at, (uint32_t)(n + 1), desc);
 }
 
-static int blocks_add(struct jw_blocks *b, blk64_t blk)
+/* Room in b for extra more blocks.  0 or -ENOMEM. */
+static int blocks_room(struct jw_blocks *b, size_t extra)
 {
-	if (b->n == b->cap) {
-		size_t cap = b->cap ? b->cap * 2 : 64;
-		blk64_t *v = realloc(b->v, cap * sizeof(*v));
+	size_t cap = b->cap ? b->cap : 64;
+	blk64_t *v;
 
-		if (!v)
-			return -ENOMEM;
-		b->v = v;
-		b->cap = cap;
-	}
-	b->v[b->n++] = blk;
+	while (cap < b->n + extra)
+		cap *= 2;
+	if (cap == b->cap)
+		return 0;
+	v = realloc(b->v, cap * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	b->v = v;
+	b->cap = cap;
 	return 0;
 }
 
@@ -364,9 +367,13 @@ void jw_revoke(struct jw *w, blk64_t blk, uint64_t len)
 		else
 			hi = mid;
 	}
-	for (; lo < w->logged.n && w->logged.v[lo] - blk < len; lo++)
-		if (blocks_add(&w->revoked, w->logged.v[lo]))
+	for (; lo < w->logged.n && w->logged.v[lo] - blk < len; lo++) {
+		if (blocks_room(&w->revoked, 1)) {
 			w->revoke_lost = 1;
+			return;
+		}
+		w->revoked.v[w->revoked.n++] = w->logged.v[lo];
+	}
 }
 
 /* Records a revoke block holds: after its header, before the tail under csum v2/v3. */
@@ -506,11 +513,13 @@ int jw_log(struct jw *w, size_t n, const blk64_t *blks, const unsigned char *con
 	w->head = jnl_next(j, at, 1);
 	/* This one is the live transaction now: its blocks are the ones a later free revokes. */
 	w->revoked.n = w->logged.n = 0;
-	for (done = 0; done < n; done++)
-		if (blocks_add(&w->logged, blks[done]))
-			w->revoke_lost = 1;
-	if (w->logged.n > 1)
-		qsort(w->logged.v, w->logged.n, sizeof(*w->logged.v), by_blk);
+	if (blocks_room(&w->logged, n)) {
+		w->revoke_lost = 1;
+	} else {
+		memcpy(w->logged.v, blks, n * sizeof(*blks));
+		w->logged.n = n;
+		qsort(w->logged.v, n, sizeof(*blks), by_blk);
+	}
 	crash_point(w, JW_AFTER_COMMIT);
 	return 0;
 abort:

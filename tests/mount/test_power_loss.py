@@ -208,7 +208,6 @@ def power_cuts(states, opts="", mkfs_args=(), seconds=3.0, seed=None, kernel_eve
         with open(durable, "r+b") as f:
             apply(f.fileno(), buf, recs[done:upto])
         done = upto
-        shutil.copyfile(durable, state)
         # the writes after this flush began, up to the next flush's beginning
         nxt = flushes[k + 1][1] if k + 1 < len(flushes) else len(buf)
         after = [r for r in recs[upto:] if r[0] < nxt]
@@ -219,8 +218,8 @@ def power_cuts(states, opts="", mkfs_args=(), seconds=3.0, seed=None, kernel_eve
             subsets = [sorted(rnd.sample(range(len(after)), rnd.randrange(1, len(after) + 1)))]
         for chosen in subsets:
             what = "flush %d of %d" % (k + 1, len(flushes))
+            shutil.copyfile(durable, state)
             if chosen is not None:
-                shutil.copyfile(durable, state)
                 with open(state, "r+b") as f:
                     apply(f.fileno(), buf, [after[c] for c in chosen])
                 what += " + write%s %s of the %d after it" % (
