@@ -120,3 +120,33 @@ def test_fsync_heavy_workload_quick(tmp_path):
     assert got.get("write_iops", 0) > 0, sorted(got)
     assert "--rw=randwrite" in (out / "report.md").read_text()
     assert "--fsync=1" in (out / "report.md").read_text()
+
+
+def test_floor_system_quick(tmp_path):
+    """W5 at quick sizes on fusefloor (the do-nothing FUSE server whose rate is
+    the ceiling of any FUSE server) beside rrfuse: both ok, the floor's image
+    untouched and clean, and the kernel sent the floor the requests a real
+    server gets (every file created and removed: rm -rf checks the tree)."""
+    floor = os.path.join(os.path.dirname(os.path.abspath(RRFUSE)), "fusefloor")
+    if os.geteuid() != 0:
+        pytest.skip("needs root (rrbench drops the page cache)")
+    if not os.path.exists("/dev/fuse") or not os.access(RRFUSE, os.X_OK) \
+       or not os.access(floor, os.X_OK):
+        pytest.skip("needs /dev/fuse and a built rrfuse and fusefloor")
+    out = tmp_path / "floor"
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    r = subprocess.run(["/usr/bin/python3", RRBENCH, "-w", "W5", "-s", "rrfuse", "-s", "floor",
+                        "-s", "floor:nowb=-o no_writeback_cache", "--rrfuse", RRFUSE,
+                        "-n", "1", "--quick", "--image-size", "1G",
+                        "-o", str(out), "--tmpdir", str(tmp)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    with open(out / "runs.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["system"] for r in rows} == {"rrfuse", "floor", "floor:nowb"}, rows
+    assert {r["status"] for r in rows} == {"ok"}, rows
+    assert {r["fsck_rc"] for r in rows} == {"0"}, rows
+    fps = {r["system"]: float(r["value"]) for r in rows if r["metric"] == "create_fps"}
+    assert all(v > 0 for v in fps.values()) and len(fps) == 3, fps
+    assert "fusefloor" in (out / "report.md").read_text()
