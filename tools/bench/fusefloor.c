@@ -113,16 +113,16 @@ static fuse_ino_t add(fuse_ino_t parent, const char *name, mode_t mode, const st
 	return nnodes++;
 }
 
-static void reply_entry(fuse_req_t req, fuse_ino_t ino)
+/* The kernel's reference to ino that a reply of it makes (FORGET gives it back). */
+static struct fuse_entry_param lookup_ref(fuse_ino_t ino)
 {
 	struct fuse_entry_param e = {
 		.ino = ino, .generation = 1, .attr_timeout = FLOOR_TIMEOUT,
-		.entry_timeout = FLOOR_TIMEOUT,
+		.entry_timeout = FLOOR_TIMEOUT, .attr = nodes[ino].st,
 	};
 
-	e.attr = nodes[ino].st;
 	nodes[ino].nlookup++;
-	fuse_reply_entry(req, &e);
+	return e;
 }
 
 static int live(fuse_ino_t ino)
@@ -148,14 +148,13 @@ static void floor_init(void *userdata, struct fuse_conn_info *conn)
 
 static void floor_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	struct fuse_entry_param neg = { .ino = 0, .entry_timeout = FLOOR_TIMEOUT };
+	struct fuse_entry_param neg = { .ino = 0, .entry_timeout = FLOOR_TIMEOUT };	/* none */
 	fuse_ino_t ino;
 
 	pthread_mutex_lock(&floor_lock);
 	if ((ino = find(parent, name)))
-		reply_entry(req, ino);
-	else
-		fuse_reply_entry(req, &neg);
+		neg = lookup_ref(ino);
+	fuse_reply_entry(req, &neg);
 	pthread_mutex_unlock(&floor_lock);
 }
 
@@ -183,22 +182,6 @@ static void floor_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_
 		forget_one(f[i].ino, f[i].nlookup);
 	pthread_mutex_unlock(&floor_lock);
 	fuse_reply_none(req);
-}
-
-static void floor_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
-{
-	struct stat st;
-
-	(void)fi;
-	pthread_mutex_lock(&floor_lock);
-	if (!live(ino)) {
-		pthread_mutex_unlock(&floor_lock);
-		fuse_reply_err(req, ENOENT);
-		return;
-	}
-	st = nodes[ino].st;
-	pthread_mutex_unlock(&floor_lock);
-	fuse_reply_attr(req, &st, FLOOR_TIMEOUT);
 }
 
 static void set_time(struct timespec *t, const struct timespec *to, int now)
@@ -242,9 +225,15 @@ static void floor_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *a, int se
 	fuse_reply_attr(req, &out, FLOOR_TIMEOUT);
 }
 
+static void floor_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	floor_setattr(req, ino, NULL, 0, fi);
+}
+
 static void make(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 		 struct fuse_file_info *fi)
 {
+	struct fuse_entry_param e;
 	fuse_ino_t ino;
 
 	pthread_mutex_lock(&floor_lock);
@@ -262,17 +251,11 @@ static void make(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mod
 		nodes[parent].st.st_nlink++;
 	clock_gettime(CLOCK_REALTIME_COARSE, &nodes[parent].st.st_mtim);
 	nodes[parent].st.st_ctim = nodes[parent].st.st_mtim;
-	if (fi) {
-		struct fuse_entry_param e = {
-			.ino = ino, .generation = 1, .attr_timeout = FLOOR_TIMEOUT,
-			.entry_timeout = FLOOR_TIMEOUT, .attr = nodes[ino].st,
-		};
-
-		nodes[ino].nlookup++;
+	e = lookup_ref(ino);
+	if (fi)
 		fuse_reply_create(req, &e, fi);
-	} else {
-		reply_entry(req, ino);
-	}
+	else
+		fuse_reply_entry(req, &e);
 	pthread_mutex_unlock(&floor_lock);
 }
 
