@@ -40,12 +40,19 @@ static struct {
 	_Atomic uint64_t requests[RRCTL_NREQ];	/* by opcode, for rrctl -s */
 } chan;
 
-/* The current request's mark; see chan_req_kills_suidgid. */
-static __thread int chan_kill;
+/* The current request's marks; see chan_req_kills_suidgid and chan_req_is_direct_write. */
+#define CHAN_KILL_SUIDGID 1
+#define CHAN_DIRECT_WRITE 2
+static __thread int chan_mark;
 
 int chan_req_kills_suidgid(void)
 {
-	return chan_kill;
+	return !!(chan_mark & CHAN_KILL_SUIDGID);
+}
+
+int chan_req_is_direct_write(void)
+{
+	return !!(chan_mark & CHAN_DIRECT_WRITE);
 }
 
 /* The fixed part of the request after its header, if the request is that long. */
@@ -64,19 +71,29 @@ static void note_request(const void *buf, ssize_t len)
 	const struct fuse_setattr_in *sa;
 	const struct fuse_init_in *init;
 
-	chan_kill = 0;
+	chan_mark = 0;
 	if ((size_t)len < sizeof(*h))
 		return;
 	atomic_fetch_add_explicit(&chan.requests[h->opcode < RRCTL_NREQ ? h->opcode : RRCTL_NREQ - 1], 1,
 				  memory_order_relaxed);
 	switch (h->opcode) {
 	case FUSE_WRITE:
-		if ((w = request_arg(buf, len, sizeof(*w))))
-			chan_kill = !!(w->write_flags & FUSE_WRITE_KILL_SUIDGID);
+		if (!(w = request_arg(buf, len, sizeof(*w))))
+			break;
+		if (w->write_flags & FUSE_WRITE_KILL_SUIDGID)
+			chan_mark |= CHAN_KILL_SUIDGID;
+		/*
+		 * fuse_direct_io() names the writer's lock owner; the page
+		 * cache's write-back (FUSE_WRITE_CACHE) and the write-through
+		 * of fuse_perform_write() name none, and the latter holds the
+		 * range's pages locked until the reply.
+		 */
+		if ((w->write_flags & (FUSE_WRITE_LOCKOWNER | FUSE_WRITE_CACHE)) == FUSE_WRITE_LOCKOWNER)
+			chan_mark |= CHAN_DIRECT_WRITE;
 		break;
 	case FUSE_SETATTR:
 		if ((sa = request_arg(buf, len, sizeof(*sa))))
-			chan_kill = !!(sa->valid & FATTR_KILL_SUIDGID);
+			chan_mark = sa->valid & FATTR_KILL_SUIDGID ? CHAN_KILL_SUIDGID : 0;
 		break;
 	case FUSE_INIT:
 		init = request_arg(buf, len, offsetof(struct fuse_init_in, flags) + sizeof(init->flags));

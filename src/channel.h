@@ -21,4 +21,14 @@ int chan_attach(struct fuse_session *se, struct rr_fs *rfs);
  */
 int chan_req_kills_suidgid(void);
 
+/*
+ * The request this thread is handling is a WRITE of fuse_direct_io()
+ * (O_DIRECT, or a file opened with FOPEN_DIRECT_IO): the kernel holds no
+ * lock on the page cache of its range while it waits for the reply, so
+ * the handler may ask it to drop those pages.  Every other WRITE may come
+ * with the range's pages locked (write-through of fuse_perform_write, a
+ * short direct write's buffered fallback, write-back).
+ */
+int chan_req_is_direct_write(void);
+
 #endif

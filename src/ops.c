@@ -40,7 +40,6 @@
  */
 #define RR_FH_PRIVILEGED 1
 #define RR_FH_WRITER 2		/* counted in ri->nwriters */
-#define RR_FH_DIRECT 4		/* opened O_DIRECT (matters without the writeback cache) */
 
 static struct rr_fs *rr_fs_of(fuse_req_t req)
 {
@@ -300,14 +299,14 @@ static int caller_in_group(fuse_req_t req, gid_t gid)
  * that is not group-executable, as in_group_or_capable()).  Under
  * KILLPRIV_V2 the kernel leaves this to the server: it marks the requests
  * whose caller lacks CAP_FSETID (chan_req_kills_suidgid), and marks none
- * for fallocate().
+ * for fallocate().  For every kind but directories, as chown_common() asks.
  */
 static __u16 suidgid_to_drop(fuse_req_t req, ext2_ino_t ino, int capable)
 {
 	struct ext2_inode_large in;
 	__u16 mode, kill = 0;
 
-	if (inode_read(rr_fs_of(req), ino, &in) || !LINUX_S_ISREG(in.i_mode))
+	if (inode_read(rr_fs_of(req), ino, &in) || LINUX_S_ISDIR(in.i_mode))
 		return 0;
 	mode = in.i_mode;
 	if (mode & S_ISUID)
@@ -580,8 +579,6 @@ static void fh_init(fuse_req_t req, struct rr_inode *ri, struct fuse_file_info *
 {
 	fi->keep_cache = 1;
 	fi->fh = is_root(req) ? RR_FH_PRIVILEGED : 0;
-	if (fi->flags & O_DIRECT)
-		fi->fh |= RR_FH_DIRECT;
 	if ((fi->flags & O_ACCMODE) != O_RDONLY) {
 		fi->fh |= RR_FH_WRITER;
 		atomic_fetch_add(&ri->nwriters, 1);
@@ -790,13 +787,16 @@ static void rr_write(fuse_req_t req, fuse_ino_t fino, const char *buf, size_t si
 	if (ri)
 		rr_iunpin(rfs, ri);
 	/*
-	 * A direct write (with the writeback cache, any WRITE that is not the
-	 * cache's): pages of its range that a buffered reader pulled in while
-	 * it ran hold the old bytes, and the kernel drops them only after a
-	 * synchronous one (not after an asynchronous one: fstests generic/451).
-	 * Drop them now, with the data on disk and before the writer hears of it.
+	 * A direct write: pages of its range that a buffered reader pulled in
+	 * while it ran hold the old bytes, and the kernel drops them only
+	 * after a synchronous one (not after an asynchronous one: fstests
+	 * generic/451).  Drop them now, with the data on disk and before the
+	 * writer hears of it.  Only for fuse_direct_io()'s WRITEs: every other
+	 * may come with those pages locked until this reply (a write-through
+	 * to a set-id file, a short direct write's buffered fallback), and
+	 * the kernel's pages already hold what it wrote.
 	 */
-	if (n > 0 && (rfs->wbcache ? !fi->writepage : (fi->fh & RR_FH_DIRECT)) && !rfs->opts.single)
+	if (n > 0 && chan_req_is_direct_write() && !rfs->opts.single)
 		fuse_lowlevel_notify_inval_inode(rfs->se, fino, off, n);
 	/*
 	 * Attributes stale: the writer's next write() asks, and hears the
