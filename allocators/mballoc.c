@@ -298,12 +298,31 @@ static uint8_t *group_bitmap(struct rr_alloc *a, uint32_t g)
 	return map;
 }
 
-/* Build the group's buddy on first use.  fs lock and group lock held. */
-static int group_load_locked(struct rr_alloc *a, uint32_t g)
+/* The blocks a map (1 = used) has free among a group's first n. */
+static uint32_t map_free_count(const uint8_t *map, uint32_t n)
+{
+	uint32_t i, used = 0;
+
+	for (i = 0; i < n / 8; i++)
+		used += (uint32_t)__builtin_popcount(map[i]);
+	for (i = n / 8 * 8; i < n; i++)
+		used += mb_bit_test(map, i);
+	return n - used;
+}
+
+/*
+ * Build the group's buddy on first use, with its blocks [hold, hold+nhold)
+ * used whatever the bitmap says: a first free in a group after the mount
+ * loads it after libext2fs has freed them (free_freed), and they must go
+ * through the buddy's free, frozen until their commit like every other.
+ * fs lock and group lock held.
+ */
+static int group_load_holding(struct rr_alloc *a, uint32_t g, uint32_t hold, uint32_t nhold)
 {
 	struct mb_group *grp = &a->groups[g];
 	struct timespec t0 = { 0 }, t1;
 	struct mb_buddy *b;
+	uint32_t on_disk;
 	uint8_t *map;
 
 	if (grp->buddy)
@@ -325,8 +344,10 @@ static int group_load_locked(struct rr_alloc *a, uint32_t g)
 		free(b);
 		return map ? -ENOMEM : -EIO;
 	}
+	on_disk = map_free_count(map, group_nblocks(a, g));
 	/* Free on disk, still waiting for their commit: used here. */
 	map_frozen(a, g, map);
+	map_set_range(map, hold, nhold);
 	mb_buddy_generate(b, map);
 	free(map);
 	if (MB_T(a, mb_stats)) {
@@ -335,14 +356,19 @@ static int group_load_locked(struct rr_alloc *a, uint32_t g)
 		STAT_ADD(a, buddies_time_ns, (unsigned long)((t1.tv_sec - t0.tv_sec) * 1000000000L +
 							      (t1.tv_nsec - t0.tv_nsec)));
 	}
-	if (b->free != ext2fs_bg_free_blocks_count(a->fs, g))
+	if (on_disk != ext2fs_bg_free_blocks_count(a->fs, g))
 		mb_log(LOG_WARNING, "mballoc: group %u: block bitmap (%u free) and descriptor (%u) disagree",
-			g, b->free, ext2fs_bg_free_blocks_count(a->fs, g));
+			g, on_disk, ext2fs_bg_free_blocks_count(a->fs, g));
 	atomic_store(&grp->block_uninit, !!ext2fs_bg_flags_test(a->fs, g, EXT2_BG_BLOCK_UNINIT));
 	grp->buddy = b;
 	group_update(a, g);
 	STAT_INC(a, buddies_generated);
 	return 0;
+}
+
+static int group_load_locked(struct rr_alloc *a, uint32_t g)
+{
+	return group_load_holding(a, g, 0, 0);
 }
 
 /*
@@ -1701,7 +1727,7 @@ static void free_freed(struct rr_alloc *a, uint32_t g, uint64_t blk, uint32_t n)
 
 	pthread_mutex_lock(&grp->lock);
 	/* A group frozen blocks lie in is loaded: its frozen map lives beside the buddy. */
-	if (freeze && !grp->buddy && group_load_locked(a, g))
+	if (freeze && !grp->buddy && group_load_holding(a, g, off, n))
 		freeze = 0;
 	fmap = group_fmap(a, grp);
 	if (!grp->buddy) {

@@ -102,7 +102,8 @@ static int wait_for_daemon(int fd, const struct rr_mnt *m)
 			return -EBUSY;
 		if (ms >= CLIENT_WAIT_SECS * 1000L)
 			return -ETIMEDOUT;
-		if (ms >= CLIENT_NOTE_MS && !noted) {
+		/* A note for someone watching; scripts and umount(8) get silence. */
+		if (ms >= CLIENT_NOTE_MS && !noted && isatty(STDERR_FILENO)) {
 			long pid = io_lock_holder(fd);
 
 			if (pid > 0)

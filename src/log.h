@@ -7,8 +7,17 @@
 #include <syslog.h>
 #include <time.h>
 
-/* Log to stderr in the foreground, to syslog once daemonized. */
-void rr_log_to_syslog(int on);
+/*
+ * Where messages go.  In the foreground (-f, -d) everything goes to stderr.
+ * In the background a successful mount prints nothing: messages go to
+ * syslog (facility daemon), or to FILE with -o log=FILE, and until the
+ * daemon detaches those at LOG_WARNING or worse are also written to stderr,
+ * so that a mount that fails says why.  0, or a negative errno when FILE
+ * cannot be opened.
+ */
+int rr_log_setup(int foreground, const char *file);
+/* The daemon has detached: stderr is no longer the user's terminal. */
+void rr_log_detached(void);
 void rr_log(int prio, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void rr_vlog(int prio, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 

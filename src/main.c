@@ -41,6 +41,7 @@ struct cmdline {
 	char *errors;
 	char *trace;		/* -o trace=FILE */
 	char *data;		/* -o data=ordered|writeback */
+	char *log;		/* -o log=FILE */
 	int ro;
 	int norecovery;
 	int no_writeback;
@@ -70,6 +71,7 @@ static const struct fuse_opt opt_spec[] = {
 	OPT("errors=%s", errors, 0),
 	OPT("trace=%s", trace, 0),
 	OPT("data=%s", data, 0),
+	OPT("log=%s", log, 0),
 	OPT("no_writeback_cache", no_writeback, 1),
 	OPT("nosplice", no_splice, 1),
 	OPT("delalloc", delalloc, 1),
@@ -203,7 +205,8 @@ static void usage(const char *prog)
 	       "    -o allocator=NAME      allocation policy: regular (the kernel's, default), rralloc\n"
 	       "                           (round-robin over the device), firstfit (lowest address first)\n"
 	       "    -o rralloc             the same as allocator=rralloc\n"
-	       "    -f                     stay in the foreground\n"
+	       "    -o log=FILE            in the background, append messages to FILE (default: syslog)\n"
+	       "    -f                     stay in the foreground: messages to standard error\n"
 	       "    -d                     debug: foreground, print every request\n"
 	       "    -s                     single-threaded\n"
 	       "    -h, --help             this help\n"
@@ -263,6 +266,11 @@ int main(int argc, char *argv[])
 	}
 	if (fuse_parse_cmdline(&args, &fo) != 0 || !fo.mountpoint)
 		goto out;
+	r = rr_log_setup(fo.foreground, c.log);
+	if (r) {
+		fprintf(stderr, "rrfuse: log=%s: %s\n", c.log, strerror(-r));
+		goto out;
+	}
 	if (c.commit && (rr_parse_u32(c.commit, &opts.commit_secs) || opts.commit_secs > 86400)) {
 		fprintf(stderr, "rrfuse: bad value for commit=: '%s' (seconds, 0..86400: decimal, 0x hex, 0 octal)\n",
 			c.commit);
@@ -387,8 +395,7 @@ int main(int argc, char *argv[])
 	}
 	if (fuse_daemonize(fo.foreground))
 		goto out_unmount;
-	if (!fo.foreground)
-		rr_log_to_syslog(1);
+	rr_log_detached();
 	rr_crash_handlers();
 	rr_fs_start_commit_thread(rfs);
 	if (fo.singlethread) {
@@ -441,6 +448,7 @@ out:
 	free(c.errors);
 	free(c.trace);
 	free(c.data);
+	free(c.log);
 	free(fo.mountpoint);
 	fuse_opt_free_args(&args);
 	return ret;

@@ -197,6 +197,28 @@ static int recover_journal(const char *device, int ro, int devro, int norecovery
 	return 0;
 }
 
+/*
+ * How long a mount of the image may take to go away before a new one is
+ * refused: an unmount may be under way (umount in the background, then
+ * mount at once: fstests generic/604).  Its daemon's last writes are waited
+ * for afterwards, on the image's lock (src/io/dev.c).
+ */
+#define MOUNTED_GRACE_MS 2000
+#define MOUNTED_POLL_MS 20
+
+/* Has m gone within the grace period?  1 once it has, 0 if it stays. */
+static int mount_goes_away(const struct rr_mnt *m)
+{
+	int waited;
+
+	for (waited = 0; waited < MOUNTED_GRACE_MS; waited += MOUNTED_POLL_MS) {
+		if (rr_mnt_still_mounted(m) == 0)
+			return 1;
+		usleep(MOUNTED_POLL_MS * 1000);
+	}
+	return rr_mnt_still_mounted(m) == 0;
+}
+
 int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts,
 	       const struct rr_data_hooks *hooks, char *msg, size_t msglen)
 {
@@ -216,8 +238,8 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 	pthread_cond_init(&rfs->commit_cond, NULL);
 	pthread_mutex_init(&rfs->delayed.lock, NULL);
 
-	/* Mounted already: say where, at once (a lock held by no mount is waited for: src/io/dev.c). */
-	if (!rr_mnt_of(device, &mnt)) {
+	/* Mounted already, and staying: say where. */
+	if (!rr_mnt_of(device, &mnt) && !mount_goes_away(&mnt)) {
 		snprintf(msg, msglen, "%s is in use: mounted on %s (%s), and an image is mounted once at a time",
 			 device, mnt.target, mnt.fstype);
 		return -EBUSY;

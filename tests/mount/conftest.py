@@ -94,7 +94,13 @@ MARKERS = [
     "rrfuse_only: test exercises rrfuse specific behaviour; skipped in "
     "kernel mode (RRFUSE_TEST_KERNEL=1)",
     "slow: test takes more than a few seconds",
+    "corrupt_image: the test damages the image on purpose, so the daemon may "
+    "report corruption (otherwise such a report fails the test)",
 ]
+
+# What the daemon says only of a damaged image: on a sound one, a false report.
+CORRUPTION_SIGNS = ("corrupt filesystem?", "and descriptor (", "freeing blocks that are free",
+                    "in the buddy", "run e2fsck")
 
 
 def pytest_configure(config):
@@ -678,8 +684,9 @@ def kernel_check(image, fuse_snap):
                        + "\n".join(diffs))
 
 
-def check_mount(m, kernel_cross_check=True):
-    """The fs teardown: snapshot, unmount, fsck, kernel cross-check."""
+def check_mount(m, kernel_cross_check=True, sound=True):
+    """The fs teardown: snapshot, unmount, fsck, kernel cross-check; with
+    sound (the test damaged nothing), no report of corruption in the log."""
     if m.aborted:
         m.cleanup()
         pytest.fail("test timed out (watchdog aborted the FUSE connection)\n"
@@ -693,6 +700,10 @@ def check_mount(m, kernel_cross_check=True):
     do_kernel = kernel_cross_check and loop_works()
     snap = snapshot(m.mnt) if do_kernel else None
     m.unmount()
+    if sound:
+        log = m.daemon_log
+        said = [l for l in log.splitlines() if any(w in l for w in CORRUPTION_SIGNS)]
+        assert not said, "the daemon reported corruption of a sound image:\n" + "\n".join(said)
     rc, out = fsck(m.image)
     assert rc == 0, "e2fsck -fn %s returned %d:\n%s" % (m.image, rc, out)
     if do_kernel:
@@ -741,6 +752,7 @@ def fs(request):
     om = request.node.get_closest_marker("opts")
     opts = om.args[0] if (om is not None and om.args) else ""
     check_kernel = request.node.get_closest_marker("no_kernel_check") is None
+    sound = request.node.get_closest_marker("corrupt_image") is None
 
     image = make_image(size=kw.get("size", "256M"),
                        mkfs_args=kw.get("mkfs_args", ()))
@@ -753,7 +765,7 @@ def fs(request):
     try:
         yield m
         timer.cancel()
-        check_mount(m, check_kernel)
+        check_mount(m, check_kernel, sound)
         ok = True
     finally:
         timer.cancel()
@@ -767,6 +779,7 @@ def fs(request):
 def mount_factory(request):
     require_mount_backend()
     made = []
+    sound = request.node.get_closest_marker("corrupt_image") is None
 
     def factory(image=None, opts="", size="256M", mkfs_args=(), check=True):
         if image is None:
@@ -780,7 +793,7 @@ def mount_factory(request):
     try:
         yield factory
         for m, check in made:
-            check_mount(m, check)
+            check_mount(m, check, sound)
         ok = True
     finally:
         for m, _ in made:
