@@ -19,15 +19,16 @@ pass=0
 fail=0
 failed=()
 step() {
-	local name=$1
+	local name=$1 t0=$SECONDS
 	shift
 	echo "=== $name"
 	if "$@"; then
 		pass=$((pass + 1))
+		echo "=== passed in $((SECONDS - t0)) s: $name"
 	else
 		fail=$((fail + 1))
 		failed+=("$name")
-		echo "=== FAILED: $name"
+		echo "=== FAILED in $((SECONDS - t0)) s: $name"
 	fi
 }
 
@@ -101,7 +102,7 @@ tsan_suite() {
 	step "concurrent mount tests ($dir)" env RRFUSE="$top/$dir/rrfuse" /usr/bin/python3 -m pytest -q \
 		-p no:cacheprovider tests/mount/test_concurrency.py tests/mount/test_unlink_open.py \
 		tests/mount/test_orphan.py tests/mount/test_rrctl.py tests/mount/test_delalloc.py \
-		tests/mount/test_direct_io.py
+		tests/mount/test_direct_io.py tests/mount/test_killpriv.py
 }
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1

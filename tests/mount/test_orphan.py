@@ -414,6 +414,7 @@ def test_unmount_finishes_a_truncate_that_failed():
         conftest._rm_workdir(os.path.dirname(image))
 
 
+@pytest.mark.corrupt_image
 def test_corrupt_chain_loop(mount_factory):
     m = mount_factory()
     inos = unlinked_files(m.image, m, ["a", "b"])
@@ -425,6 +426,7 @@ def test_corrupt_chain_loop(mount_factory):
     assert listed(m.image) == []
 
 
+@pytest.mark.corrupt_image
 def test_corrupt_chain_out_of_range(mount_factory):
     m = mount_factory()
     inos = unlinked_files(m.image, m, ["a"])
@@ -435,6 +437,7 @@ def test_corrupt_chain_out_of_range(mount_factory):
     assert listed(m.image) == []
 
 
+@pytest.mark.corrupt_image
 @pytest.mark.parametrize("head", ["free", "reserved", "orphan_file"])
 def test_corrupt_chain_bad_head(mount_factory, head):
     """A head that is no orphan at all: the list is cut, nothing is touched."""
