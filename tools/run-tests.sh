@@ -32,10 +32,11 @@ step() {
 	fi
 }
 
+# Warnings fail the build here (-Werror); a build for use keeps them warnings.
 build() {
 	local dir=$1
 	shift
-	{ [ -d "$dir" ] || meson setup "$dir" "$@" >/dev/null; } && meson compile -C "$dir" >/dev/null
+	{ [ -d "$dir" ] || meson setup "$dir" -Dwerror=true "$@" >/dev/null; } && meson compile -C "$dir" >/dev/null
 }
 
 rrfsx_run() {
