@@ -69,7 +69,7 @@ def test_fidelity_tiny(tmp_path):
                 total = 0
                 for tok in side.split():
                     size, _, times = tok.partition("x")
-                    kib = float(size[:-1]) * (1024 if size.endswith("M") else 1)
+                    kib = int(size[:-1]) * (1024 if size.endswith("M") else 1)
                     total += kib * int(times or 1)
                 assert total == 8192, side
         else:
