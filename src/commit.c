@@ -2,8 +2,8 @@
 /*
  * Commits: what changed in memory reaches the image at the commit interval
  * (the commit thread), at fsync, at rrctl MNT sync, at remount read-only
- * and at unmount; the
- * superblock's primary copy on its own when the orphan list needs it first.
+ * and at unmount; the superblock's primary copy on its own when the orphan
+ * list needs it first.
  */
 #include "rrfs.h"
 #include "io/cache.h"

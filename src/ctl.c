@@ -157,7 +157,8 @@ int rr_ctl(struct rr_fs *rfs, unsigned int cmd, uid_t uid, const void *in, size_
 		memset(buf->y.err, 0, sizeof(buf->y.err));
 		ret = rr_fs_sync(rfs);
 		if (ret)
-			snprintf(buf->y.err, sizeof(buf->y.err), "commit failed: %s", strerror(-ret));
+			snprintf(buf->y.err, sizeof(buf->y.err), "sync failed: %s (the daemon's log says where)",
+				 strerror(-ret));
 		buf->y.result = -ret;
 		return 0;
 	}
