@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * Commits: what changed in memory reaches the image at the commit interval
- * (the commit thread), at fsync, at remount read-only and at unmount; the
- * superblock's primary copy on its own when the orphan list needs it first.
+ * (the commit thread), at fsync, at rrctl MNT sync, at remount read-only
+ * and at unmount; the superblock's primary copy on its own when the orphan
+ * list needs it first.
  */
 #include "rrfs.h"
 #include "io/cache.h"
@@ -161,6 +162,25 @@ int rr_fs_commit(struct rr_fs *rfs, int sync)
 	return 0;
 }
 
+/*
+ * Everything durable now: delayed data gets its blocks and is written, then
+ * one commit (a transaction when journaled) and a device flush.  The
+ * commit thread's periodic work and rrctl's sync (RRCTL_SYNC).  The commit
+ * runs even when delayed data failed (what did get written is mapped);
+ * the first error is returned.  Fs lock not held.
+ */
+int rr_fs_sync(struct rr_fs *rfs)
+{
+	int ret = rr_fs_flush_delayed(rfs), cret;
+
+	if (ret)
+		rr_log(LOG_ERR, "writing delayed data failed: %s", strerror(-ret));
+	cret = rr_fs_commit(rfs, 1);
+	if (cret)
+		rr_log(LOG_ERR, "commit failed: %s", strerror(-cret));
+	return ret ? ret : cret;
+}
+
 /* The allocator's way to a commit, when file data finds free space only in blocks freed since the last. */
 int rr_fs_commit_for_alloc(void *rfs)
 {
@@ -232,7 +252,6 @@ static void *commit_main(void *arg)
 {
 	struct rr_fs *rfs = arg;
 	struct timespec ts;
-	int ret;
 
 	pthread_mutex_lock(&rfs->commit_lock);
 	while (!rfs->commit_stop) {
@@ -243,12 +262,7 @@ static void *commit_main(void *arg)
 			break;
 		pthread_mutex_unlock(&rfs->commit_lock);
 		/* Periodic writeback: delayed data gets its blocks, then the metadata goes out. */
-		ret = rr_fs_flush_delayed(rfs);
-		if (ret)
-			rr_log(LOG_ERR, "writing delayed data failed: %s", strerror(-ret));
-		ret = rr_fs_commit(rfs, 1);
-		if (ret)
-			rr_log(LOG_ERR, "periodic commit failed: %s", strerror(-ret));
+		rr_fs_sync(rfs);
 		pthread_mutex_lock(&rfs->commit_lock);
 	}
 	pthread_mutex_unlock(&rfs->commit_lock);

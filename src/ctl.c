@@ -61,6 +61,8 @@ static size_t cmd_size(unsigned int cmd)
 		return sizeof(struct rrctl_stats);
 	case RRCTL_REMOUNT:
 		return sizeof(struct rrctl_remount);
+	case RRCTL_SYNC:
+		return sizeof(struct rrctl_sync);
 	default:
 		return 0;
 	}
@@ -145,6 +147,19 @@ int rr_ctl(struct rr_fs *rfs, unsigned int cmd, uid_t uid, const void *in, size_
 		buf->r.result = -rr_fs_remount(rfs, !!buf->r.ro, buf->r.err, sizeof(buf->r.err));
 		rr_log(LOG_NOTICE, "remount %s by uid %u: %s", buf->r.ro ? "ro" : "rw", (unsigned int)uid,
 		       buf->r.result ? buf->r.err : "done");
+		return 0;
+	}
+	if (cmd == RRCTL_SYNC) {
+		/* Anyone who could open the mount point: what syncfs(2) would be. */
+		int ret;
+
+		*len = need;
+		memset(buf->y.err, 0, sizeof(buf->y.err));
+		ret = rr_fs_sync(rfs);
+		if (ret)
+			snprintf(buf->y.err, sizeof(buf->y.err), "sync failed: %s (the daemon's log says where)",
+				 strerror(-ret));
+		buf->y.result = -ret;
 		return 0;
 	}
 	/*

@@ -16,6 +16,7 @@ union rr_ctl_buf {
 	struct rrctl_groups g;
 	struct rrctl_stats s;
 	struct rrctl_remount r;
+	struct rrctl_sync y;
 };
 
 /* Is cmd one of rrctl's (the caller routes it here)? */

@@ -224,6 +224,8 @@ int rr_fs_commit(struct rr_fs *rfs, int sync);
 /* The commit's work under the fs lock (held); journaled, the transaction too. */
 int rr_fs_commit_locked(struct rr_fs *rfs, int sync);
 int rr_fs_remount(struct rr_fs *rfs, int ro, char *err, size_t errlen);
+/* Delayed data written, one commit, the device flushed (commit thread, rrctl sync).  Fs lock not held. */
+int rr_fs_sync(struct rr_fs *rfs);
 void rr_fs_start_commit_thread(struct rr_fs *rfs);
 
 static inline int rr_fs_flush_delayed(struct rr_fs *rfs)

@@ -7,6 +7,7 @@
  *   rrctl MNT KEY=VALUE ...   set them (printed back as the daemon keeps them)
  *   rrctl MNT -g              the groups, as /proc/fs/ext4/DEV/mb_groups
  *   rrctl MNT -s              the statistics, as /proc/fs/ext4/DEV/mb_stats
+ *   rrctl MNT sync            commit everything now; returns when it is durable
  *
  * Everything goes through ioctls on MNT (include/rrfuse/rrctl.h); the
  * daemon validates, rrctl only formats (allocators/mb_format.c).  Exit
@@ -34,8 +35,8 @@ static const char *mnt;
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: rrctl MOUNTPOINT [KEY | KEY=VALUE ...]\n"
-		   "       rrctl MOUNTPOINT -g | -s\n\n"
-		   "Show or change the allocator of a mounted rrfuse filesystem.\n\n"
+		   "       rrctl MOUNTPOINT -g | -s | sync\n\n"
+		   "Show or change the allocator of a mounted rrfuse filesystem, or commit it.\n\n"
 		   "    (no KEY)     list every tunable, one KEY = VALUE a line\n"
 		   "    KEY          show KEY (mb_max_prealloc_kb, max_prealloc_kb, mb_stream_req,\n"
 		   "                 mb_group_prealloc, mb_min_to_scan, mb_max_to_scan, mb_order2_req,\n"
@@ -44,6 +45,10 @@ static void usage(FILE *f)
 		   "    KEY=VALUE    set KEY (the mount's owner or root only)\n"
 		   "    -g           the block groups, as the kernel's mb_groups\n"
 		   "    -s           the allocator statistics, as the kernel's mb_stats\n"
+		   "    sync         write everything out now (the kernel's dirty pages, delayed\n"
+		   "                 allocation, the metadata as one journal transaction, a device\n"
+		   "                 flush) and return when it is durable: sync(1) and syncfs(2)\n"
+		   "                 do not reach a FUSE daemon\n"
 		   "    -h, --help   this help\n"
 		   "    -V, --version\n");
 }
@@ -222,6 +227,30 @@ static void print_requests(const struct rrctl_stats *s)
 	printf("\n");
 }
 
+/*
+ * syncfs(2) first: the kernel writes its dirty pages back to the daemon
+ * and waits for the replies (on 6.18 a page's writeback ends with its
+ * WRITE's reply); then the daemon commits (RRCTL_SYNC).
+ */
+static int do_sync(int fd)
+{
+	struct rrctl_sync y;
+
+	if (syncfs(fd)) {
+		fprintf(stderr, "rrctl: %s: syncfs: %s\n", mnt, strerror(errno));
+		return -1;
+	}
+	memset(&y, 0, sizeof(y));
+	y.version = RRCTL_VERSION;
+	if (ctl(fd, RRCTL_SYNC, &y, "sync"))
+		return -1;
+	if (y.result) {
+		fprintf(stderr, "rrctl: %s: %s\n", mnt, y.err[0] ? y.err : strerror(y.result));
+		return -1;
+	}
+	return 0;
+}
+
 static int stats(int fd)
 {
 	struct rrctl_stats s;
@@ -271,9 +300,9 @@ int main(int argc, char *argv[])
 			usage(stderr);
 			return 2;
 		}
-	/* -g and -s stand alone: their output is a table, not KEY = VALUE lines. */
+	/* -g, -s and sync stand alone: their output is a table (or nothing), not KEY = VALUE lines. */
 	for (i = 2; i < argc && argc > 3; i++)
-		if (!strcmp(argv[i], "-g") || !strcmp(argv[i], "-s")) {
+		if (!strcmp(argv[i], "-g") || !strcmp(argv[i], "-s") || !strcmp(argv[i], "sync")) {
 			usage(stderr);
 			return 2;
 		}
@@ -288,6 +317,8 @@ int main(int argc, char *argv[])
 		ret = groups(fd);
 	else if (!strcmp(argv[2], "-s"))
 		ret = stats(fd);
+	else if (!strcmp(argv[2], "sync"))
+		ret = do_sync(fd);
 	else
 		for (i = 2; i < argc; i++)
 			if ((strchr(argv[i], '=') ? set(fd, argv[i]) : show(fd, argv[i])) < 0)

@@ -13,8 +13,8 @@
  * own outcome in result (0 or a positive errno) with a one-line reason in
  * err, so that a refused value comes back with the allocator's message.
  * Changing a value (RRCTL_SET) is for the mount's owner (the daemon's uid)
- * and root; for anyone else the ioctl fails with EPERM.  Reading is for
- * everyone who can open the mount point.
+ * and root; for anyone else the ioctl fails with EPERM.  Reading, and
+ * RRCTL_SYNC, are for everyone who can open the mount point.
  *
  * The daemon returns records; rrctl formats them (allocators/mb_format.c
  * has the kernel's text formats, shared with the daemon).
@@ -120,10 +120,30 @@ struct rrctl_remount {
 	char err[RRCTL_ERR_LEN];	/* out */
 };
 
+/*
+ * RRCTL_SYNC: commit everything now and return once it is durable: delayed
+ * data gets its blocks and is written, the metadata goes out as one commit
+ * (a jbd2 transaction on a journaled mount) and the device is flushed
+ * (rr_fs_sync, the commit thread's periodic work).  The kernel's sync(1)
+ * and syncfs(2) never reach a /dev/fuse server (FUSE_SYNCFS is sent only
+ * where fc->sync_fs is set, which only virtiofs sets), so rrctl MNT sync
+ * calls syncfs(2) first, for the kernel's dirty pages, then this.  For
+ * everyone who can open the mount point, as syncfs(2) is.  A read-only
+ * mount has nothing to write: result 0.
+ */
+struct rrctl_sync {
+	uint32_t version;
+	uint32_t reserved;
+	int32_t result;			/* out: 0 or a positive errno */
+	uint32_t reserved2;
+	char err[RRCTL_ERR_LEN];	/* out */
+};
+
 #define RRCTL_GET	_IOWR(RRCTL_MAGIC, 1, struct rrctl_tunable)
 #define RRCTL_SET	_IOWR(RRCTL_MAGIC, 2, struct rrctl_tunable)
 #define RRCTL_GROUPS	_IOWR(RRCTL_MAGIC, 3, struct rrctl_groups)
 #define RRCTL_STATS	_IOWR(RRCTL_MAGIC, 4, struct rrctl_stats)
 #define RRCTL_REMOUNT	_IOWR(RRCTL_MAGIC, 5, struct rrctl_remount)
+#define RRCTL_SYNC	_IOWR(RRCTL_MAGIC, 6, struct rrctl_sync)
 
 #endif

@@ -1002,7 +1002,8 @@ def device_io(m):
 
 def commit(m, path=None):
     """An fsync of the root directory (or of path): rrfuse commits all
-    metadata (syncfs does not reach a libfuse 3.14 daemon)."""
+    metadata (syncfs does not reach a /dev/fuse server: the kernel sends
+    FUSE_SYNCFS only to virtiofs; `rrctl MNT sync` is the other way)."""
     fd = os.open(path or m.mnt, os.O_RDONLY)
     try:
         os.fsync(fd)

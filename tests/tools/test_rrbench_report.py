@@ -43,6 +43,10 @@ def test_report_tiny(tmp_path):
                   "Seed 004: legacy orphan list vs orphan_file"):
         assert text.count(title) >= 2, title        # in the verdicts and as a section
     assert text.count("**Verdict: ") == 8        # the summary and each section
+    # the fidelity section: a short run, kernel and rrfuse side by side
+    assert text.count("Fidelity: rrfuse's layouts against the kernel's ext4") == 2
+    assert "### seed002" in text and "### smallfiles" in text
+    assert "| figure | kernel | rrfuse | verdict |" in text
     assert "## Machine" in text and "CPU:" in text
     for wid in ("W1", "W2", "W3", "W8-f50-nodiscard", "W8-f80-discard", "W4", "W7"):
         assert "#### %s: " % wid in text, wid

@@ -271,13 +271,16 @@ int mfile_scan(struct map_image *m)
 			fprintf(stderr, "rrmap: %s: inode %u: corrupt block map or extent tree\n", m->path, ino);
 			goto out;
 		}
-		if (type == LINUX_S_IFDIR)
+		if (type == LINUX_S_IFDIR) {
 			m->ndirs++;
-		else if (type == LINUX_S_IFLNK)
+			m->groups[ext2fs_group_of_ino(fs, ino)].dirs++;
+		} else if (type == LINUX_S_IFLNK) {
 			m->nsymlinks++;
-		else if (mfile_push(m, w.extents, w.frags)) {
+		} else if (mfile_push(m, w.extents, w.frags)) {
 			fprintf(stderr, "rrmap: out of memory\n");
 			goto out;
+		} else {
+			m->groups[ext2fs_group_of_ino(fs, ino)].files++;
 		}
 	}
 	ret = 0;

@@ -76,14 +76,15 @@ void mout_text(struct map_image *m, bool groups)
 	       m->used_cv, m->data_cv);
 	if (!groups)
 		return;
-	printf("\n%8s %14s %9s %9s %9s %9s %9s  %s\n", "group", "first block", "blocks", "used", "data",
-	       "free ext", "largest", "flags");
+	printf("\n%8s %14s %9s %9s %9s %9s %9s %7s %7s  %s\n", "group", "first block", "blocks", "used", "data",
+	       "free ext", "largest", "dirs", "files", "flags");
 	for (dgrp_t g = 0; g < m->ngroups; g++) {
 		struct map_group *x = &m->groups[g];
 
-		printf("%8u %14" PRIu64 " %9" PRIu64 " %9" PRIu64 " %9" PRIu64 " %9" PRIu64 " %9" PRIu64 "  %s%s\n",
-		       g, x->first, x->nblocks, x->used, x->data, x->free_extents, x->largest_free,
-		       x->has_super ? "S" : "", x->flex_leader ? "F" : "");
+		printf("%8u %14" PRIu64 " %9" PRIu64 " %9" PRIu64 " %9" PRIu64 " %9" PRIu64 " %9" PRIu64 " %7" PRIu64
+		       " %7" PRIu64 "  %s%s\n",
+		       g, x->first, x->nblocks, x->used, x->data, x->free_extents, x->largest_free, x->dirs,
+		       x->files, x->has_super ? "S" : "", x->flex_leader ? "F" : "");
 	}
 }
 
@@ -154,9 +155,10 @@ static void mout_json_one(struct map_image *m, bool groups)
 
 			printf("%s\n    {\"group\": %u, \"first\": %" PRIu64 ", \"blocks\": %" PRIu64
 			       ", \"used\": %" PRIu64 ", \"data\": %" PRIu64 ", \"free_extents\": %" PRIu64
-			       ", \"largest_free\": %" PRIu64 ", \"superblock\": %s, \"flex_leader\": %s}",
+			       ", \"largest_free\": %" PRIu64 ", \"dirs\": %" PRIu64 ", \"files\": %" PRIu64
+			       ", \"superblock\": %s, \"flex_leader\": %s}",
 			       g ? "," : "", g, x->first, x->nblocks, x->used, x->data, x->free_extents,
-			       x->largest_free, x->has_super ? "true" : "false", x->flex_leader ? "true" : "false");
+			       x->largest_free, x->dirs, x->files, x->has_super ? "true" : "false", x->flex_leader ? "true" : "false");
 		}
 		printf("\n  ]");
 	}

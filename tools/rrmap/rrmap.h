@@ -24,6 +24,8 @@ struct map_group {
 				 * blocks of the root directory and inodes from s_first_ino on */
 	uint64_t free_extents;	/* free runs, cut at the group's edges */
 	uint64_t largest_free;	/* longest of them, blocks */
+	uint64_t dirs, files;	/* directory and regular-file inodes in the group's inode table
+				 * (the root directory and inodes from s_first_ino on) */
 	bool has_super;		/* holds the superblock or a backup */
 	bool flex_leader;	/* first group of a flex group: holds its bitmaps and inode tables */
 };

@@ -1,0 +1,84 @@
+"""rrbench fidelity on tiny sizes, one run per system: the side-by-side
+tables of two workloads, each figure filled for the kernel and for rrfuse,
+every run ok (e2fsck-clean), the JSON beside it, nothing left behind.  The
+OK/DIFF verdicts are not checked: they measure the allocator, not the
+harness.  Needs root, /dev/fuse and loop devices."""
+import json
+import os
+import re
+import subprocess
+
+import pytest
+
+from conftest import REPO, mh
+
+RRBENCH = os.path.join(REPO, "tools", "bench", "rrbench")
+RRFUSE = os.environ.get("RRFUSE") or os.path.join(REPO, "build", "rrfuse")
+
+FIGURES = ("extents per file, mean", "extents per file, p50", "extents per file, max",
+           "largest file: extents", "largest file: median extent, KiB",
+           "groups holding directory inodes", "groups holding file inodes", "groups touched",
+           "CV of used blocks per group", "free extents", "largest free extent, MiB")
+TEXT_ROWS = ("largest file (run 1)", "largest file's extents (run 1)",
+             "directory inodes by group (run 1)", "file inodes by group (run 1)")
+
+
+def test_fidelity_tiny(tmp_path):
+    if os.geteuid() != 0 or not mh.loop_works():
+        pytest.skip("needs root and loop devices")
+    if not os.path.exists("/dev/fuse"):
+        pytest.skip("needs /dev/fuse")
+    build = os.path.dirname(os.path.abspath(RRFUSE))
+    for tool in ("rrfuse", "rrmap", "rrctl"):
+        if not os.access(os.path.join(build, tool), os.X_OK):
+            pytest.skip("%s not built in %s" % (tool, build))
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    js = tmp_path / "fidelity.json"
+    loops_before = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
+    r = subprocess.run(["/usr/bin/python3", RRBENCH, "fidelity", "--tiny", "-n", "1",
+                        "-w", "seed002,cycles", "--rrfuse", RRFUSE, "--json", str(js),
+                        "--tmpdir", str(tmp)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    text = r.stdout
+    m = re.search(r"Figures OK: (\d+), DIFF: (\d+)\.", text)
+    assert m, text
+    for wid in ("seed002", "cycles"):
+        sec = text.split("## %s\n" % wid, 1)[1].split("\n## ", 1)[0]
+        assert "| figure | kernel | rrfuse | verdict |" in sec, sec
+        rows = {}
+        for line in sec.splitlines():
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if line.startswith("| ") and len(cells) == 4 and cells[0] not in ("figure", "---"):
+                rows[cells[0]] = cells[1:]
+        want = FIGURES + (("groups ever allocated from",) if wid == "cycles" else ())
+        for f in want:
+            if wid == "cycles" and f.startswith("largest file:"):
+                continue            # the cycles delete everything they write
+            assert f in rows, (wid, f, sec)
+            k, rr, verdict = rows[f]
+            assert re.fullmatch(r"[\d.]+", k) and re.fullmatch(r"[\d.]+", rr), (wid, f, rows[f])
+            assert verdict in ("OK", "DIFF"), (wid, f, rows[f])
+        assert any(f.startswith("free extents ") and "-" in f for f in rows), rows
+        for t in TEXT_ROWS + (("groups ever allocated from (run 1)",) if wid == "cycles" else ()):
+            assert t in rows and rows[t][2] == "", (wid, t, rows.get(t))
+        if wid == "seed002":
+            assert rows["largest file (run 1)"][:2] == ["/s/a", "/s/a"], rows
+            # 64 x 128 KiB: the extent lengths add up to 8 MiB on both sides
+            for side in rows["largest file's extents (run 1)"][:2]:
+                total = 0
+                for tok in side.split():
+                    size, _, times = tok.partition("x")
+                    kib = int(size[:-1]) * (1024 if size.endswith("M") else 1)
+                    total += kib * int(times or 1)
+                assert total == 8192, side
+        else:
+            ever = rows["groups ever allocated from (run 1)"]
+            assert all(re.fullmatch(r"[\d -]+", x) for x in ever[:2]), ever
+    d = json.loads(js.read_text())
+    assert {(x["workload"], x["system"], x["status"]) for x in d["runs"]} == {
+        (w, s, "ok") for w in ("seed002", "cycles") for s in ("kernel", "rrfuse")}
+    assert set(d["summary"]) == {"seed002", "cycles"}
+    assert d["totals"]["OK"] + d["totals"]["DIFF"] == int(m.group(1)) + int(m.group(2))
+    assert os.listdir(tmp) == []
+    assert subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout == loops_before
