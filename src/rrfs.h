@@ -14,6 +14,12 @@
  *                   are allocated without it (the allocator's own locks,
  *                   include/rrfuse/alloc.h), reaching libext2fs when the
  *                   lock is next taken (rr_fs_lock).
+ *   the allocator's locks (allocators/mballoc.c states them): PA owner
+ *                   lock -> group lock -> list lock, never two of a kind.
+ *                   Taken inside the fs lock, or without it by a data
+ *                   request (RR_ALLOC_NOLOCK), which then takes the fs lock
+ *                   only while it holds none of them.  A discard issued
+ *                   under a group lock goes down the I/O stack (cache.lock).
  *   orphans.lock    the in-memory orphan list and orphan-file copies
  *                   (src/orphan.c); taken inside the fs lock only.
  *   itab.lock       the in-memory inode table, lookup and open counts.  A
@@ -21,9 +27,16 @@
  *   delayed.lock    the list of inodes with delayed data (data.c); only
  *                   itab.lock is taken inside it.
  *   cache.lock      the metadata cache (src/io/cache.c), taken after the fs
- *                   lock, before nothing.  The journal writer has no lock:
- *                   it runs under this one, inside a commit that holds the
- *                   fs lock (src/journaling.c).
+ *                   lock; below it only the write recorder's lock
+ *                   (src/io/record.c, tests).  The journal writer has no
+ *                   lock: it runs under this one, inside a commit that
+ *                   holds the fs lock (src/journaling.c).
+ *
+ * Leaves, taken with any of the above held and holding nothing inside:
+ * the error record's lock (src/error.c), the block trace's (src/trace.c),
+ * the delayed-data buffer pool's (src/dbuf.c).  commit_lock guards only the
+ * commit thread's sleep; it is dropped before the thread commits.  This
+ * list is the whole order: a new lock gets its line here.
  */
 #ifndef RRFUSE_RRFS_H
 #define RRFUSE_RRFS_H
