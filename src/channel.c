@@ -25,8 +25,11 @@
 #include "ops.h"
 #include "rrfs.h"
 #include "rrfuse/rrctl.h"
+#include "log.h"
 
+#include <errno.h>
 #include <fcntl.h>
+#include <string.h>
 #include <linux/fuse.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -103,13 +106,41 @@ static void note_request(const void *buf, ssize_t len)
 	}
 }
 
+/*
+ * FUSE_STATX (7.39), which libfuse 3.14 would answer ENOSYS, so that the
+ * kernel stops asking and statx never shows a birth time: answered here.
+ * 0 when buf was not a STATX request and goes on to libfuse.
+ */
+static int answer_statx(int fd, const void *buf, ssize_t len)
+{
+	const struct fuse_in_header *h = buf;
+	struct fuse_out_header out = { .unique = h->unique };
+	struct rr_fuse_statx_out sx;
+	struct iovec iov[2] = { { &out, sizeof(out) }, { &sx, sizeof(sx) } };
+	int ret;
+
+	if (h->opcode != RR_FUSE_STATX)
+		return 0;
+	ret = request_arg(buf, len, sizeof(struct rr_fuse_statx_in)) ? rr_statx(chan.rfs, h->nodeid, &sx)
+								    : -EINVAL;
+	out.error = ret;
+	out.len = (uint32_t)(sizeof(out) + (ret ? 0 : sizeof(sx)));
+	/* A failed reply (the request was interrupted, the mount aborted) has no one to tell. */
+	if (writev(fd, iov, ret ? 1 : 2) < 0)
+		rr_log(LOG_DEBUG, "statx reply: %s", strerror(errno));
+	return 1;
+}
+
 static ssize_t chan_read(int fd, void *buf, size_t len, void *userdata)
 {
-	ssize_t n = read(fd, buf, len);
+	ssize_t n;
 
 	(void)userdata;
-	if (n > 0)
-		note_request(buf, n);
+	do {
+		n = read(fd, buf, len);
+		if (n > 0)
+			note_request(buf, n);
+	} while (n > 0 && (size_t)n >= sizeof(struct fuse_in_header) && answer_statx(fd, buf, n));
 	return n;
 }
 

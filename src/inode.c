@@ -301,7 +301,15 @@ void rr_itab_destroy(struct rr_fs *rfs)
 /* Caller holds the fs lock. */
 int inode_load(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in)
 {
-	errcode_t err = ext2fs_read_inode_full(rfs->fs, ino, (struct ext2_inode *)in, sizeof(*in));
+	errcode_t err;
+
+	/*
+	 * libext2fs copies only the image's inode size: with 128-byte inodes
+	 * the rest (i_extra_isize, the nanoseconds, crtime) would be whatever
+	 * the buffer held.
+	 */
+	memset(in, 0, sizeof(*in));
+	err = ext2fs_read_inode_full(rfs->fs, ino, (struct ext2_inode *)in, sizeof(*in));
 
 	/*
 	 * libext2fs 1.47 copies an inode into its next cache slot before it
@@ -375,6 +383,11 @@ void inode_set_time(struct ext2_inode_large *in, int which, const struct timespe
 	if ((which & RR_CRTIME) && fits(in, FIELD_END(i_crtime)))
 		ts_encode(ts, &in->i_crtime,
 			  fits(in, FIELD_END(i_crtime_extra)) ? &in->i_crtime_extra : NULL);
+}
+
+int inode_has_crtime(const struct ext2_inode_large *in)
+{
+	return fits(in, FIELD_END(i_crtime));
 }
 
 void inode_get_time(const struct ext2_inode_large *in, int which, struct timespec *ts)

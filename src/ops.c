@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -230,6 +231,67 @@ static void reply_attr(fuse_req_t req, ext2_ino_t ino, const struct ext2_inode_l
 
 	inode_stat(rr_fs_of(req), ino, in, &st);
 	fuse_reply_attr(req, &st, attr_timeout(in));
+}
+
+static void sx_time(const struct ext2_inode_large *in, int which, struct rr_fuse_sx_time *t)
+{
+	struct timespec ts;
+
+	inode_get_time(in, which, &ts);
+	t->tv_sec = ts.tv_sec;
+	t->tv_nsec = (uint32_t)ts.tv_nsec;
+}
+
+/* The inode flags statx reports as attributes, as ext4_getattr. */
+static const struct { __u32 fl; uint64_t attr; } sx_attr_map[] = {
+	{ EXT2_IMMUTABLE_FL, STATX_ATTR_IMMUTABLE },
+	{ EXT2_APPEND_FL, STATX_ATTR_APPEND },
+	{ EXT2_NODUMP_FL, STATX_ATTR_NODUMP },
+	{ EXT4_ENCRYPT_FL, STATX_ATTR_ENCRYPTED },
+	{ EXT2_COMPR_FL, STATX_ATTR_COMPRESSED },
+};
+
+int rr_statx(struct rr_fs *rfs, uint64_t nodeid, struct rr_fuse_statx_out *out)
+{
+	struct ext2_inode_large in;
+	struct rr_fuse_statx *sx = &out->stat;
+	double timeout;
+	struct stat st;
+	size_t i;
+	int ret = inode_read(rfs, e2ino(nodeid), &in);
+
+	if (ret)
+		return ret;
+	inode_stat(rfs, e2ino(nodeid), &in, &st);
+	memset(out, 0, sizeof(*out));
+	timeout = attr_timeout(&in);
+	out->attr_valid = (uint64_t)timeout;
+	out->attr_valid_nsec = (uint32_t)((timeout - (double)out->attr_valid) * 1e9);
+	sx->mask = STATX_BASIC_STATS;
+	sx->blksize = (uint32_t)st.st_blksize;
+	sx->nlink = (uint32_t)st.st_nlink;
+	sx->uid = st.st_uid;
+	sx->gid = st.st_gid;
+	sx->mode = (uint16_t)st.st_mode;
+	sx->ino = st.st_ino;
+	sx->size = (uint64_t)st.st_size;
+	sx->blocks = (uint64_t)st.st_blocks;
+	sx->rdev_major = major(st.st_rdev);
+	sx->rdev_minor = minor(st.st_rdev);
+	sx_time(&in, RR_ATIME, &sx->atime);
+	sx_time(&in, RR_MTIME, &sx->mtime);
+	sx_time(&in, RR_CTIME, &sx->ctime);
+	/* Birth time where the inode has room for it (not in 128-byte inodes), as ext4. */
+	if (inode_has_crtime(&in)) {
+		sx->mask |= STATX_BTIME;
+		sx_time(&in, RR_CRTIME, &sx->btime);
+	}
+	for (i = 0; i < sizeof(sx_attr_map) / sizeof(sx_attr_map[0]); i++) {
+		sx->attributes_mask |= sx_attr_map[i].attr;
+		if (in.i_flags & sx_attr_map[i].fl)
+			sx->attributes |= sx_attr_map[i].attr;
+	}
+	return 0;
 }
 
 static void rr_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)

@@ -283,6 +283,8 @@ int inode_write(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in);
 void inode_stat(struct rr_fs *rfs, ext2_ino_t ino, const struct ext2_inode_large *in, struct stat *st);
 void inode_set_time(struct ext2_inode_large *in, int which, const struct timespec *ts);
 void inode_get_time(const struct ext2_inode_large *in, int which, struct timespec *ts);
+/* The inode has room for a birth time (not a 128-byte one). */
+int inode_has_crtime(const struct ext2_inode_large *in);
 void inode_touch(struct ext2_inode_large *in, int which);
 int inode_new(struct rr_fs *rfs, ext2_ino_t dir, mode_t mode, uid_t uid, gid_t gid, dev_t rdev,
 	      ext2_ino_t *ino_out, struct ext2_inode_large *in);
