@@ -15,6 +15,7 @@
  * arguments are still done, as sysctl does), 2 for a usage error.
  */
 #include "mb_format.h"
+#include "rrfuse/fuse_statx.h"
 #include "rrfuse/rrctl.h"
 
 #include <errno.h>
@@ -208,7 +209,7 @@ static const char *const req_names[RRCTL_NREQ] = {
 	[FUSE_NOTIFY_REPLY] = "notify_reply", [FUSE_BATCH_FORGET] = "batch_forget",
 	[FUSE_FALLOCATE] = "fallocate", [FUSE_READDIRPLUS] = "readdirplus", [FUSE_RENAME2] = "rename2",
 	[FUSE_LSEEK] = "lseek", [FUSE_COPY_FILE_RANGE] = "copy_file_range", [FUSE_SYNCFS] = "syncfs",
-	[FUSE_TMPFILE] = "tmpfile", [RRCTL_NREQ - 1] = "other",
+	[FUSE_TMPFILE] = "tmpfile", [RR_FUSE_STATX] = "statx", [RRCTL_NREQ - 1] = "other",
 };
 
 /* "requests:" and the count of each opcode seen, in opcode order. */

@@ -103,7 +103,7 @@ tsan_suite() {
 	step "concurrent mount tests ($dir)" env RRFUSE="$top/$dir/rrfuse" /usr/bin/python3 -m pytest -q \
 		-p no:cacheprovider tests/mount/test_concurrency.py tests/mount/test_unlink_open.py \
 		tests/mount/test_orphan.py tests/mount/test_rrctl.py tests/mount/test_delalloc.py \
-		tests/mount/test_direct_io.py tests/mount/test_killpriv.py
+		tests/mount/test_direct_io.py tests/mount/test_killpriv.py tests/mount/test_statx.py
 }
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
