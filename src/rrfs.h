@@ -90,6 +90,12 @@ struct rr_inode {
 	atomic_int lost_err;
 	/* i_flags & RR_FL_GUARD, for the data path; changed under the fs lock. */
 	atomic_uint guard;
+	/*
+	 * A directory's ext4 i_last_alloc_group, which the kernel keeps in
+	 * memory only (src/ialloc.c): 1 + the group chosen for its last new
+	 * inode, 0 none since loaded.  Under the fs lock and itab.lock.
+	 */
+	uint32_t ialloc_last;
 };
 
 /*
@@ -269,8 +275,8 @@ void inode_stat(struct rr_fs *rfs, ext2_ino_t ino, const struct ext2_inode_large
 void inode_set_time(struct ext2_inode_large *in, int which, const struct timespec *ts);
 void inode_get_time(const struct ext2_inode_large *in, int which, struct timespec *ts);
 void inode_touch(struct ext2_inode_large *in, int which);
-int inode_new(struct rr_fs *rfs, ext2_ino_t dir, mode_t mode, uid_t uid, gid_t gid, dev_t rdev,
-	      ext2_ino_t *ino_out, struct ext2_inode_large *in);
+int inode_new(struct rr_fs *rfs, ext2_ino_t dir, const char *name, mode_t mode, uid_t uid, gid_t gid,
+	      dev_t rdev, ext2_ino_t *ino_out, struct ext2_inode_large *in);
 int inode_free_if_unlinked(struct rr_fs *rfs, ext2_ino_t ino);
 int inode_free_locked(struct rr_fs *rfs, ext2_ino_t ino);
 #define RR_ATIME 1
