@@ -20,11 +20,11 @@
  *    group, the first free inode is taken (and the groups after it, if
  *    another took the last).
  *
- * The kernel reads the counts from counters it keeps in memory; here they
- * are sums over the group descriptors, which hold the same numbers (the
- * kernel's whole-fs counters are per-CPU and may lag by a batch).  The
- * kernel's in-memory i_last_alloc_group is the caller's to keep
- * (struct ialloc_parent.last).
+ * The kernel reads the counts from counters it keeps in memory: per flex
+ * group, exact, and here sums over the group descriptors, which hold the
+ * same numbers; for the whole filesystem, per-CPU counters that lag (struct
+ * ialloc_counts models them).  The kernel's in-memory i_last_alloc_group is
+ * the caller's to keep (struct ialloc_parent.last).
  */
 #include "ialloc.h"
 #include "htree.h"
@@ -34,6 +34,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Free inodes, free clusters and directories of some groups. */
 struct counts {
@@ -83,6 +84,62 @@ static void geo_init(ext2_filsys fs, struct geo *o)
 static void flex_counts(const struct geo *o, dgrp_t flex, struct counts *c)
 {
 	count_groups(o->fs, (uint64_t)flex << o->log, ((uint64_t)flex + 1) << o->log, c);
+}
+
+static void counts_init(ext2_filsys fs, struct ialloc_counts *c)
+{
+	long ncpus = sysconf(_SC_NPROCESSORS_ONLN);
+	struct counts t;
+
+	count_groups(fs, 0, fs->group_desc_count, &t);
+	/* The kernel's percpu_counter_batch: twice the CPUs, at least 32. */
+	c->batch = ncpus > 16 ? 2 * ncpus : 32;
+	c->free_inodes = (int64_t)t.free_inodes;
+	c->dirs = (int64_t)t.used_dirs;
+	c->free_clusters = (int64_t)t.free_clusters;
+	c->inodes_pending = c->dirs_pending = 0;
+	c->inited = 1;
+}
+
+static void pend(int64_t *shared, int64_t *pending, int64_t amount, int64_t batch)
+{
+	*pending += amount;
+	if (*pending >= batch || -*pending >= batch) {
+		*shared += *pending;
+		*pending = 0;
+	}
+}
+
+void ialloc_counts_change(ext2_filsys fs, struct ialloc_counts *c, int inodes, int dirs)
+{
+	if (!c->inited)
+		counts_init(fs, c);
+	if (inodes)
+		pend(&c->free_inodes, &c->inodes_pending, inodes, c->batch);
+	if (dirs)
+		pend(&c->dirs, &c->dirs_pending, dirs, c->batch);
+}
+
+static uint64_t positive(int64_t v)
+{
+	return v > 0 ? (uint64_t)v : 0;
+}
+
+/* The whole-fs totals t (exact) as the kernel would read them. */
+static void as_kernel_reads(ext2_filsys fs, struct ialloc_counts *c, struct counts *t)
+{
+	int64_t drift;
+
+	if (!c)
+		return;
+	if (!c->inited)
+		counts_init(fs, c);
+	drift = (int64_t)t->free_clusters - c->free_clusters;
+	if (drift >= c->batch || -drift >= c->batch)
+		c->free_clusters = (int64_t)t->free_clusters;
+	t->free_inodes = positive(c->free_inodes);
+	t->used_dirs = positive(c->dirs);
+	t->free_clusters = positive(c->free_clusters);
 }
 
 /* Inodes are packed at the start of a flex group's inode tables, as its blocks are. */
@@ -194,8 +251,8 @@ static int orlov_fallback(const struct geo *o, const struct ialloc_parent *p, dg
 	}
 }
 
-static int find_group_orlov(ext2_filsys fs, const struct ialloc_parent *p, int mode, const char *name,
-			    dgrp_t *group)
+static int find_group_orlov(ext2_filsys fs, struct ialloc_counts *cnt, const struct ialloc_parent *p,
+			    int mode, const char *name, dgrp_t *group)
 {
 	int top = S_ISDIR(mode) && (p->ino == EXT2_ROOT_INO || (p->flags & EXT2_TOPDIR_FL));
 	struct geo o;
@@ -204,6 +261,7 @@ static int find_group_orlov(ext2_filsys fs, const struct ialloc_parent *p, int m
 
 	geo_init(fs, &o);
 	count_groups(fs, 0, o.ngroups, &o.total);
+	as_kernel_reads(fs, cnt, &o.total);
 	ret = top ? orlov_top(&o, name, &flex) : orlov_near(&o, p, &flex);
 	if (!ret && !first_with_inodes(&o, flex, group))
 		return 0;
@@ -247,7 +305,8 @@ static int other_no_flex(ext2_filsys fs, const struct ialloc_parent *p, dgrp_t *
 	return -1;
 }
 
-static int find_group_other(ext2_filsys fs, const struct ialloc_parent *p, int mode, dgrp_t *group)
+static int find_group_other(ext2_filsys fs, struct ialloc_counts *cnt, const struct ialloc_parent *p,
+			    int mode, dgrp_t *group)
 {
 	struct geo o;
 
@@ -259,17 +318,17 @@ static int find_group_other(ext2_filsys fs, const struct ialloc_parent *p, int m
 	if (p->last < o.ngroups && !first_with_inodes(&o, p->last >> o.log, group))
 		return 0;
 	/* The parent's flex group is full: the directory rule finds another (not the top-level one: mode is no directory's). */
-	return find_group_orlov(fs, p, mode, NULL, group);
+	return find_group_orlov(fs, cnt, p, mode, NULL, group);
 }
 
-int ialloc_find_group(ext2_filsys fs, const struct ialloc_parent *p, int mode, const char *name,
-		      dgrp_t *group)
+int ialloc_find_group(ext2_filsys fs, struct ialloc_counts *c, const struct ialloc_parent *p, int mode,
+		      const char *name, dgrp_t *group)
 {
 	if (!fs->group_desc_count)
 		return -1;
 	if (S_ISDIR(mode))
-		return find_group_orlov(fs, p, mode, name, group);
-	return find_group_other(fs, p, mode, group);
+		return find_group_orlov(fs, c, p, mode, name, group);
+	return find_group_other(fs, c, p, mode, group);
 }
 
 /*
@@ -317,15 +376,15 @@ static ext2_ino_t skip_recent(ext2_filsys fs, ext2_ino_t ino)
 	return ino;
 }
 
-errcode_t ialloc_new(ext2_filsys fs, const struct ialloc_parent *p, int mode, const char *name,
-		     ext2_ino_t *ino, dgrp_t *group)
+errcode_t ialloc_new(ext2_filsys fs, struct ialloc_counts *c, const struct ialloc_parent *p, int mode,
+		     const char *name, ext2_ino_t *ino, dgrp_t *group)
 {
 	ext2_ino_t ipg = EXT2_INODES_PER_GROUP(fs->super);
 	errcode_t err;
 	dgrp_t g;
 
 	/* No group with a free inode: from the parent's, where libext2fs will say so. */
-	if (ialloc_find_group(fs, p, mode, name, &g))
+	if (ialloc_find_group(fs, c, p, mode, name, &g))
 		g = group_of(fs, p->ino);
 	*group = g;
 	/*

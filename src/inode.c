@@ -553,7 +553,7 @@ int inode_new(struct rr_fs *rfs, ext2_ino_t dir, const char *name, mode_t mode, 
 
 	ialloc_parent_of(rfs, dir, mode, &parent);
 	for (tries = 0;; tries++) {
-		err = ialloc_new(fs, &parent, (int)mode, name, &ino, &group);
+		err = ialloc_new(fs, &rfs->icounts, &parent, (int)mode, name, &ino, &group);
 		if (!tries)
 			ialloc_remember(rfs, dir, group);
 		if (err)
@@ -602,6 +602,7 @@ int inode_new(struct rr_fs *rfs, ext2_ino_t dir, const char *name, mode_t mode, 
 	err = write_fresh_inode(fs, ino, in);
 	if (err)
 		return rr_err_ino(err, ino);
+	ialloc_counts_change(fs, &rfs->icounts, -1, isdir);
 	ext2fs_inode_alloc_stats2(fs, ino, +1, isdir);
 	*ino_out = ino;
 	return 0;
@@ -657,8 +658,10 @@ int inode_free_locked(struct rr_fs *rfs, ext2_ino_t ino)
 		in.i_dtime = (__u32)time(NULL);
 		ext2fs_iblk_set(fs, (struct ext2_inode *)&in, 0);
 		ret = inode_write(rfs, ino, &in);
-		if (!ret)
+		if (!ret) {
+			ialloc_counts_change(fs, &rfs->icounts, +1, -LINUX_S_ISDIR(in.i_mode));
 			ext2fs_inode_alloc_stats2(fs, ino, -1, LINUX_S_ISDIR(in.i_mode));
+		}
 	}
 	return ret;
 }

@@ -35,6 +35,7 @@
 #include <time.h>
 #include <ext2fs/ext2fs.h>
 #include "bitmaps.h"
+#include "ialloc.h"
 
 #include "rrfuse/alloc.h"
 #include "dbuf.h"
@@ -173,6 +174,7 @@ struct rr_fs {
 	pthread_mutex_t lock __attribute__((aligned(RR_CACHELINE)));
 	int dirty;		/* metadata changed since the last commit */
 	struct rr_bitmaps bitmaps;	/* what the image's bitmap blocks hold (bitmaps.c) */
+	struct ialloc_counts icounts;	/* the kernel's counts as its inode allocator sees them */
 	uint64_t ns_version;	/* bumped by every directory change */
 
 	/* Inode table: written on every lookup/forget. */

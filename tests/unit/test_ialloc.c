@@ -51,7 +51,7 @@ static ext2_ino_t alloc(ext2_filsys fs, struct ialloc_parent *p, int mode, const
 	ext2_ino_t ino;
 	dgrp_t g;
 
-	ck_assert_int_eq(ialloc_new(fs, p, mode, name, &ino, &g), 0);
+	ck_assert_int_eq(ialloc_new(fs, NULL, p, mode, name, &ino, &g), 0);
 	ck_assert(!ext2fs_test_inode_bitmap2(fs->inode_map, ino));
 	p->last = g;
 	ext2fs_inode_alloc_stats2(fs, ino, +1, LINUX_S_ISDIR(mode));
@@ -116,9 +116,9 @@ START_TEST(top_level_start_is_the_name_hash)
 	struct ialloc_parent root = parent(EXT2_ROOT_INO, 0);
 	dgrp_t g1, g2;
 
-	ck_assert_int_eq(ialloc_find_group(a, &root, DIR_MODE, "usr", &g1), 0);
+	ck_assert_int_eq(ialloc_find_group(a, NULL, &root, DIR_MODE, "usr", &g1), 0);
 	for (int i = 0; i < 8; i++) {
-		ck_assert_int_eq(ialloc_find_group(a, &root, DIR_MODE, "usr", &g2), 0);
+		ck_assert_int_eq(ialloc_find_group(a, NULL, &root, DIR_MODE, "usr", &g2), 0);
 		ck_assert_uint_eq(g1, g2);
 	}
 	done(a);
@@ -189,7 +189,7 @@ START_TEST(full_flex_group_overflows)
 		f = alloc(fs, &top, FILE_MODE, "f");
 	ck_assert_uint_eq(fs->super->s_free_inodes_count, 0);
 	ck_assert_uint_ne(flex(fs, f), flex(fs, t));
-	ck_assert_int_eq(ialloc_new(fs, &top, FILE_MODE, "f", &ino, &g), EXT2_ET_INODE_ALLOC_FAIL);
+	ck_assert_int_eq(ialloc_new(fs, NULL, &top, FILE_MODE, "f", &ino, &g), EXT2_ET_INODE_ALLOC_FAIL);
 	for (g = 0; g < fs->group_desc_count; g++)
 		ck_assert_uint_eq(ext2fs_bg_free_inodes_count(fs, g), 0);
 	done(fs);
