@@ -13,12 +13,13 @@ one through the kernel's ext4 (loop mount), and the group of every inode
 Files are empty: when file data reaches the disk (the kernel's delayed
 allocation, its per-CPU locality groups) decides the free block counts that
 the rules compare, and that is the block allocator's fidelity, not this.
-The image has 32 flex groups and few top-level directories, so that each
-comparison of a flex group's free inodes or blocks with the average is
-decided by more than the kernel's per-CPU counters may lag (a batch of 32
-per CPU, over 32 flex groups: 2); at a tie the lag decides, and the kernel
-does not repeat itself.  The crowded-parent and fallback rules are the unit
-test's (tests/unit/test_ialloc.c).
+The kernel's whole-filesystem counts are per-CPU counters that lag by up
+to a batch (32) per CPU; rrfuse models one CPU's (src/ialloc.c), and which
+CPU ran each mkdir is the scheduler's.  So the image has 32 flex groups and
+few top-level directories: every comparison of a flex group's free inodes
+or blocks with the average is decided by more than two CPUs' lag over 32
+flex groups, and the kernel repeats itself.  The crowded-parent and fallback
+rules are the unit test's (tests/unit/test_ialloc.c).
 """
 
 import os

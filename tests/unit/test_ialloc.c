@@ -4,8 +4,9 @@
  * 16 groups in 8 flex groups of 2: top-level directories (in the root or a
  * TOPDIR directory) spread over flex groups, a subdirectory stays in its
  * parent's flex group until that one is crowded, files go to their parent's
- * group and leave a full flex group for another, and without a journal an
- * inode freed a moment ago is passed over.  The through-the-mount
+ * group and leave a full flex group for another, without a journal an
+ * inode freed a moment ago is passed over, and the whole-fs counts move as
+ * the kernel's per-CPU counters do.  The through-the-mount
  * comparison with the kernel's own choices is tests/mount/test_ialloc.py.
  */
 #include "unit.h"
@@ -236,6 +237,34 @@ START_TEST(journal_reuses_at_once)
 }
 END_TEST
 
+/*
+ * The kernel's totals move when one CPU's pending change reaches a batch:
+ * a run of inode allocations shows the mount's count until then.
+ */
+START_TEST(counts_move_by_a_batch)
+{
+	ext2_filsys fs = image("");
+	struct ialloc_counts c;
+	int64_t at_mount;
+
+	memset(&c, 0, sizeof(c));
+	ialloc_counts_change(fs, &c, 0, 0);
+	at_mount = c.free_inodes;
+	ck_assert_int_eq(at_mount, fs->super->s_free_inodes_count);
+	for (int64_t i = 1; i < c.batch; i++) {
+		ialloc_counts_change(fs, &c, -1, 1);
+		ck_assert_int_eq(c.free_inodes, at_mount);
+	}
+	ialloc_counts_change(fs, &c, -1, 1);
+	ck_assert_int_eq(c.free_inodes, at_mount - c.batch);
+	ck_assert_int_eq(c.inodes_pending, 0);
+	/* A free after a fold starts a new pending change: the shared count stays. */
+	ialloc_counts_change(fs, &c, +1, -1);
+	ck_assert_int_eq(c.free_inodes, at_mount - c.batch);
+	done(fs);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("ialloc");
@@ -250,6 +279,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, full_flex_group_overflows);
 	tcase_add_test(tc, no_journal_passes_over_recently_freed);
 	tcase_add_test(tc, journal_reuses_at_once);
+	tcase_add_test(tc, counts_move_by_a_batch);
 	suite_add_tcase(s, tc);
 	return s;
 }
