@@ -336,8 +336,8 @@ int ialloc_find_group(ext2_filsys fs, struct ialloc_counts *c, const struct iall
  * minute ago (360 s while its table block is dirty, none once the block
  * has left its cache), so that the inode's freed state reaches the disk
  * before it is used again: a crash then never finds an old and a new use
- * of one inode.  There is no cache state to ask here: a minute, for every
- * inode freed since the table was last zeroed.  Only a preference: when
+ * of one inode.  There is no cache state to ask here: a minute for every
+ * inode.  Only a preference: when
  * every free inode of the group is that recent, the kernel takes the last
  * one it saw.  The kernel has no bound; this scan stops after RECENT_SCAN
  * recent inodes, so that recreating a large deleted tree stays linear.
