@@ -375,7 +375,7 @@ int dir_create(struct rr_fs *rfs, ext2_ino_t dir, const char *name, mode_t mode,
 			return ret;
 		}
 	}
-	ret = inode_new(rfs, dir, mode, cr->uid, gid, rdev, ino, in);
+	ret = inode_new(rfs, dir, name, mode, cr->uid, gid, rdev, ino, in);
 	if (!ret && S_ISDIR(mode))
 		ret = make_dir_block(rfs, dir, *ino, in);
 	if (!ret)
@@ -423,7 +423,7 @@ int dir_symlink(struct rr_fs *rfs, ext2_ino_t dir, const char *name, const char 
 	}
 	new_owner(rfs, dir, &mode, cr, &gid);
 	*ino = 0;
-	ret = inode_new(rfs, dir, mode, cr->uid, gid, 0, ino, in);
+	ret = inode_new(rfs, dir, name, mode, cr->uid, gid, 0, ino, in);
 	if (!ret) {
 		if (len < sizeof(in->i_block)) {
 			/* Fast symlink: the target lives in i_block. */

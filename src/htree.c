@@ -24,6 +24,12 @@ struct hent {
 	ext2_dirhash_t hash, minor;
 };
 
+errcode_t htree_name_hash(ext2_filsys fs, int hv, const char *name, size_t len,
+			  ext2_dirhash_t *hash, ext2_dirhash_t *minor)
+{
+	return ext2fs_dirhash2(hv, name, (int)len, NULL, 0, fs->super->s_hash_seed, hash, minor);
+}
+
 static int hent_cmp(const void *a, const void *b)
 {
 	const struct hent *x = a, *y = b;
@@ -142,8 +148,7 @@ int htree_index_dir(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_in
 			goto out;
 		}
 		v[n].de = de;
-		ret = rr_err_ino(ext2fs_dirhash2(hv, de->name, nlen, NULL, 0, fs->super->s_hash_seed,
-					     &v[n].hash, &v[n].minor), dir);
+		ret = rr_err_ino(htree_name_hash(fs, hv, de->name, (size_t)nlen, &v[n].hash, &v[n].minor), dir);
 		if (ret)
 			goto out;
 		n++;
@@ -159,8 +164,7 @@ int htree_index_dir(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_in
 	ext2fs_dirent_set_file_type(&newde.de, ftype);
 	memcpy(newde.de.name, name, strlen(name));
 	v[n].de = &newde.de;
-	ret = rr_err_ino(ext2fs_dirhash2(hv, name, (int)strlen(name), NULL, 0, fs->super->s_hash_seed,
-				     &v[n].hash, &v[n].minor), dir);
+	ret = rr_err_ino(htree_name_hash(fs, hv, name, strlen(name), &v[n].hash, &v[n].minor), dir);
 	if (ret)
 		goto out;
 	n++;
@@ -324,7 +328,7 @@ int htree_find(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t *
 	hv = info->hash_version;
 	if (hv <= EXT2_HASH_TEA && (fs->super->s_flags & EXT2_FLAGS_UNSIGNED_HASH))
 		hv += 3;
-	ret = rr_err_ino(ext2fs_dirhash2(hv, name, (int)len, NULL, 0, fs->super->s_hash_seed, &hash, &minor), dir);
+	ret = rr_err_ino(htree_name_hash(fs, hv, name, len, &hash, &minor), dir);
 	if (ret)
 		goto out;
 	cl = (struct ext2_dx_countlimit *)(node + 24 + info->info_length);

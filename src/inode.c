@@ -13,6 +13,7 @@
  * list (src/orphan.c), so that a crash cannot leak it.
  */
 #include "rrfs.h"
+#include "ialloc.h"
 #include "log.h"
 
 #include <errno.h>
@@ -515,20 +516,59 @@ static __u32 generation(void)
 }
 
 /*
- * Allocate and initialise a new inode (not yet linked anywhere).  Caller
- * holds the fs lock.  Regular files and directories get an empty extent
- * tree when the filesystem has extents.
+ * What the placement needs of dir: its flags for a directory (TOPDIR), and
+ * the group of its last new inode from its in-memory inode, which the
+ * kernel holds for as long as it holds dir.  Fs lock held.
  */
-int inode_new(struct rr_fs *rfs, ext2_ino_t dir, mode_t mode, uid_t uid, gid_t gid, dev_t rdev,
-	      ext2_ino_t *ino_out, struct ext2_inode_large *in)
+static void ialloc_parent_of(struct rr_fs *rfs, ext2_ino_t dir, mode_t mode, struct ialloc_parent *p)
+{
+	struct ext2_inode_large pin;
+	struct rr_inode *ri;
+
+	p->ino = dir;
+	p->flags = 0;
+	p->last = IALLOC_NO_GROUP;
+	if (S_ISDIR(mode) && dir != EXT2_ROOT_INO && !inode_load(rfs, dir, &pin))
+		p->flags = pin.i_flags;
+	pthread_mutex_lock(&rfs->itab.lock);
+	ri = itab_find_locked(&rfs->itab, dir);
+	if (ri && ri->ialloc_last)
+		p->last = ri->ialloc_last - 1;
+	pthread_mutex_unlock(&rfs->itab.lock);
+}
+
+static void ialloc_remember(struct rr_fs *rfs, ext2_ino_t dir, dgrp_t group)
+{
+	struct rr_inode *ri;
+
+	pthread_mutex_lock(&rfs->itab.lock);
+	ri = itab_find_locked(&rfs->itab, dir);
+	if (ri)
+		ri->ialloc_last = group + 1;
+	pthread_mutex_unlock(&rfs->itab.lock);
+}
+
+/*
+ * Allocate and initialise a new inode named name in dir (not yet linked
+ * anywhere), where the kernel would put it (src/ialloc.c).  Caller holds
+ * the fs lock.  Regular files and directories get an empty extent tree
+ * when the filesystem has extents.
+ */
+int inode_new(struct rr_fs *rfs, ext2_ino_t dir, const char *name, mode_t mode, uid_t uid, gid_t gid,
+	      dev_t rdev, ext2_ino_t *ino_out, struct ext2_inode_large *in)
 {
 	ext2_filsys fs = rfs->fs;
+	struct ialloc_parent parent;
 	ext2_ino_t ino;
 	errcode_t err;
+	dgrp_t group;
 	int isdir = S_ISDIR(mode), tries;
 
+	ialloc_parent_of(rfs, dir, mode, &parent);
 	for (tries = 0;; tries++) {
-		err = ext2fs_new_inode(fs, dir, (int)mode, NULL, &ino);
+		err = ialloc_new(fs, &rfs->icounts, &parent, (int)mode, name, &ino, &group);
+		if (!tries)
+			ialloc_remember(rfs, dir, group);
 		if (err)
 			return rr_err(err);
 		/*
@@ -575,6 +615,7 @@ int inode_new(struct rr_fs *rfs, ext2_ino_t dir, mode_t mode, uid_t uid, gid_t g
 	err = write_fresh_inode(fs, ino, in);
 	if (err)
 		return rr_err_ino(err, ino);
+	ialloc_counts_change(fs, &rfs->icounts, -1, isdir);
 	ext2fs_inode_alloc_stats2(fs, ino, +1, isdir);
 	*ino_out = ino;
 	return 0;
@@ -630,8 +671,10 @@ int inode_free_locked(struct rr_fs *rfs, ext2_ino_t ino)
 		in.i_dtime = (__u32)time(NULL);
 		ext2fs_iblk_set(fs, (struct ext2_inode *)&in, 0);
 		ret = inode_write(rfs, ino, &in);
-		if (!ret)
+		if (!ret) {
+			ialloc_counts_change(fs, &rfs->icounts, +1, -LINUX_S_ISDIR(in.i_mode));
 			ext2fs_inode_alloc_stats2(fs, ino, -1, LINUX_S_ISDIR(in.i_mode));
+		}
 	}
 	return ret;
 }

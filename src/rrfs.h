@@ -48,6 +48,7 @@
 #include <time.h>
 #include <ext2fs/ext2fs.h>
 #include "bitmaps.h"
+#include "ialloc.h"
 
 #include "rrfuse/alloc.h"
 #include "dbuf.h"
@@ -103,6 +104,12 @@ struct rr_inode {
 	atomic_int lost_err;
 	/* i_flags & RR_FL_GUARD, for the data path; changed under the fs lock. */
 	atomic_uint guard;
+	/*
+	 * A directory's ext4 i_last_alloc_group, which the kernel keeps in
+	 * memory only (src/ialloc.c): 1 + the group chosen for its last new
+	 * inode, 0 none since loaded.  Under the fs lock and itab.lock.
+	 */
+	uint32_t ialloc_last;
 };
 
 /*
@@ -180,6 +187,7 @@ struct rr_fs {
 	pthread_mutex_t lock __attribute__((aligned(RR_CACHELINE)));
 	int dirty;		/* metadata changed since the last commit */
 	struct rr_bitmaps bitmaps;	/* what the image's bitmap blocks hold (bitmaps.c) */
+	struct ialloc_counts icounts;	/* the kernel's counts as its inode allocator sees them */
 	uint64_t ns_version;	/* bumped by every directory change */
 
 	/* Inode table: written on every lookup/forget. */
@@ -286,8 +294,8 @@ void inode_get_time(const struct ext2_inode_large *in, int which, struct timespe
 /* The inode has room for a birth time (not a 128-byte one). */
 int inode_has_crtime(const struct ext2_inode_large *in);
 void inode_touch(struct ext2_inode_large *in, int which);
-int inode_new(struct rr_fs *rfs, ext2_ino_t dir, mode_t mode, uid_t uid, gid_t gid, dev_t rdev,
-	      ext2_ino_t *ino_out, struct ext2_inode_large *in);
+int inode_new(struct rr_fs *rfs, ext2_ino_t dir, const char *name, mode_t mode, uid_t uid, gid_t gid,
+	      dev_t rdev, ext2_ino_t *ino_out, struct ext2_inode_large *in);
 int inode_free_if_unlinked(struct rr_fs *rfs, ext2_ino_t ino);
 int inode_free_locked(struct rr_fs *rfs, ext2_ino_t ino);
 #define RR_ATIME 1
