@@ -334,12 +334,54 @@ static int make_dir_block(struct rr_fs *rfs, ext2_ino_t dir, ext2_ino_t ino,
 	return inode_write(rfs, ino, in);
 }
 
+/*
+ * Take the fs lock for a new entry name in dir: 0 with the lock held, or
+ * the reason it cannot be made (EEXIST, a dir that may not change) with
+ * the lock dropped.
+ */
+static int lock_for_new_entry(struct rr_fs *rfs, ext2_ino_t dir, const char *name)
+{
+	ext2_ino_t existing;
+	int ret;
+
+	rr_fs_lock(rfs);
+	ret = find(rfs, dir, name, &existing);
+	if (ret == -ENOENT && !(ret = dir_may_change(rfs, dir, 0)))
+		return 0;
+	rr_fs_unlock(rfs);
+	return ret ? ret : -EEXIST;
+}
+
+/*
+ * After a new inode was made (ret: how that went; *ino 0 if none was):
+ * its entry in dir and dir's times (subdir: one more link), its reference
+ * for the kernel; on any failure the inode is freed like any unlinked one.
+ * Drops the fs lock lock_for_new_entry took.
+ */
+static int link_new_and_unlock(struct rr_fs *rfs, ext2_ino_t dir, const char *name, int ret,
+			       int ftype, int subdir, ext2_ino_t ino, struct rr_inode **ri,
+			       struct ext2_inode_large *in)
+{
+	if (!ret)
+		ret = add_entry(rfs, dir, name, ino, ftype);
+	if (!ret)
+		ret = dir_touch(rfs, dir, subdir);
+	if (ret && ino && !inode_load(rfs, ino, in)) {
+		in->i_links_count = 0;
+		inode_write(rfs, ino, in);
+		inode_free_locked(rfs, ino);
+	}
+	if (!ret)
+		ret = entry_ref(rfs, ino, ri, in);
+	rr_fs_unlock(rfs);
+	return ret;
+}
+
 int dir_create(struct rr_fs *rfs, ext2_ino_t dir, const char *name, mode_t mode, dev_t rdev,
 	       const struct rr_cred *cr, ext2_ino_t *ino, struct rr_inode **ri,
 	       struct ext2_inode_large *in)
 {
 	struct rr_acl_init ai;
-	ext2_ino_t existing;
 	gid_t gid;
 	int ret = check_name(name);
 
@@ -349,12 +391,9 @@ int dir_create(struct rr_fs *rfs, ext2_ino_t dir, const char *name, mode_t mode,
 	    !S_ISFIFO(mode) && !S_ISSOCK(mode))
 		return -EINVAL;
 	*ino = 0;
-	rr_fs_lock(rfs);
-	ret = find(rfs, dir, name, &existing);
-	if (ret != -ENOENT || (ret = dir_may_change(rfs, dir, 0))) {
-		rr_fs_unlock(rfs);
-		return ret ? ret : -EEXIST;
-	}
+	ret = lock_for_new_entry(rfs, dir, name);
+	if (ret)
+		return ret;
 	ret = xattr_acl_prepare(rfs, dir, &mode, cr->umask, &ai);
 	if (ret) {
 		xattr_acl_done(&ai);
@@ -381,22 +420,7 @@ int dir_create(struct rr_fs *rfs, ext2_ino_t dir, const char *name, mode_t mode,
 	if (!ret)
 		ret = xattr_acl_apply(rfs, *ino, mode, &ai);
 	xattr_acl_done(&ai);
-	if (!ret)
-		ret = add_entry(rfs, dir, name, *ino, ftype_of(mode));
-	if (!ret)
-		ret = dir_touch(rfs, dir, S_ISDIR(mode) ? 1 : 0);
-	if (ret && *ino) {
-		/* Undo: an unlinked new inode is freed like any other. */
-		if (!inode_load(rfs, *ino, in)) {
-			in->i_links_count = 0;
-			inode_write(rfs, *ino, in);
-			inode_free_locked(rfs, *ino);
-		}
-	}
-	if (!ret)
-		ret = entry_ref(rfs, *ino, ri, in);
-	rr_fs_unlock(rfs);
-	return ret;
+	return link_new_and_unlock(rfs, dir, name, ret, ftype_of(mode), !!S_ISDIR(mode), *ino, ri, in);
 }
 
 int dir_symlink(struct rr_fs *rfs, ext2_ino_t dir, const char *name, const char *target,
@@ -404,7 +428,6 @@ int dir_symlink(struct rr_fs *rfs, ext2_ino_t dir, const char *name, const char 
 		struct ext2_inode_large *in)
 {
 	size_t len = strlen(target);
-	ext2_ino_t existing;
 	mode_t mode = S_IFLNK | 0777;
 	gid_t gid;
 	int ret = check_name(name);
@@ -415,12 +438,9 @@ int dir_symlink(struct rr_fs *rfs, ext2_ino_t dir, const char *name, const char 
 		return -ENOENT;
 	if (len >= rfs->bsize)
 		return -ENAMETOOLONG;
-	rr_fs_lock(rfs);
-	ret = find(rfs, dir, name, &existing);
-	if (ret != -ENOENT || (ret = dir_may_change(rfs, dir, 0))) {
-		rr_fs_unlock(rfs);
-		return ret ? ret : -EEXIST;
-	}
+	ret = lock_for_new_entry(rfs, dir, name);
+	if (ret)
+		return ret;
 	new_owner(rfs, dir, &mode, cr, &gid);
 	*ino = 0;
 	ret = inode_new(rfs, dir, name, mode, cr->uid, gid, 0, ino, in);
@@ -443,19 +463,7 @@ int dir_symlink(struct rr_fs *rfs, ext2_ino_t dir, const char *name, const char 
 				ret = data_write_new_file(rfs, *ino, in, target, len);
 		}
 	}
-	if (!ret)
-		ret = add_entry(rfs, dir, name, *ino, EXT2_FT_SYMLINK);
-	if (!ret)
-		ret = dir_touch(rfs, dir, 0);
-	if (ret && *ino && !inode_load(rfs, *ino, in)) {
-		in->i_links_count = 0;
-		inode_write(rfs, *ino, in);
-		inode_free_locked(rfs, *ino);
-	}
-	if (!ret)
-		ret = entry_ref(rfs, *ino, ri, in);
-	rr_fs_unlock(rfs);
-	return ret;
+	return link_new_and_unlock(rfs, dir, name, ret, EXT2_FT_SYMLINK, 0, *ino, ri, in);
 }
 
 int dir_link(struct rr_fs *rfs, ext2_ino_t ino, ext2_ino_t dir, const char *name,

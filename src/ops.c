@@ -562,41 +562,40 @@ static int check_rw(fuse_req_t req)
 	return 1;
 }
 
-static void rr_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+/* A new inode and its entry: a symlink to target, or (target NULL) mode's kind. */
+static void make_entry(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev,
+		       const char *target)
 {
+	struct rr_fs *rfs = rr_fs_of(req);
 	struct ext2_inode_large in;
 	struct rr_inode *ri = NULL;
 	struct rr_cred cr;
-	ext2_ino_t ino;
+	ext2_ino_t ino = 0;
+	int ret;
 
 	if (!check_rw(req))
 		return;
-	int ret;
-
 	cred_of(req, &cr);
-	ret = dir_create(rr_fs_of(req), e2ino(parent), name, mode, rdev, &cr, &ino, &ri, &in);
+	if (target)
+		ret = dir_symlink(rfs, e2ino(parent), name, target, &cr, &ino, &ri, &in);
+	else
+		ret = dir_create(rfs, e2ino(parent), name, mode, rdev, &cr, &ino, &ri, &in);
 	reply_entry(req, ret, ino, ri, &in);
+}
+
+static void rr_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+	make_entry(req, parent, name, mode, rdev, NULL);
 }
 
 static void rr_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
-	rr_mknod(req, parent, name, S_IFDIR | (mode & ~S_IFMT), 0);
+	make_entry(req, parent, name, S_IFDIR | (mode & ~S_IFMT), 0, NULL);
 }
 
 static void rr_symlink(fuse_req_t req, const char *target, fuse_ino_t parent, const char *name)
 {
-	struct ext2_inode_large in;
-	struct rr_inode *ri = NULL;
-	struct rr_cred cr;
-	ext2_ino_t ino;
-
-	if (!check_rw(req))
-		return;
-	int ret;
-
-	cred_of(req, &cr);
-	ret = dir_symlink(rr_fs_of(req), e2ino(parent), name, target, &cr, &ino, &ri, &in);
-	reply_entry(req, ret, ino, ri, &in);
+	make_entry(req, parent, name, 0, 0, target);
 }
 
 static void rr_link(fuse_req_t req, fuse_ino_t fino, fuse_ino_t newparent, const char *newname)
