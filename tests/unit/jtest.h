@@ -194,6 +194,20 @@ static inline blk64_t jt_physical(const struct jnl *j, uint32_t l)
 	return 0;
 }
 
+/*
+ * unit_image's image, its channel uncached: unix_io keeps a few blocks, and
+ * a write of many blocks (the writer's first, superblock and log at once)
+ * goes round that cache without refreshing a copy of the superblock kept
+ * there, which a test reading the journal back would then see.
+ */
+static inline ext2_filsys jt_image(char *path, const char *mkfs_args)
+{
+	ext2_filsys fs = unit_image(path, JT_SIZE, mkfs_args);
+
+	ck_assert_int_eq(io_channel_set_options(fs->io, "cache=off"), 0);
+	return fs;
+}
+
 /* n free blocks in a row, past the metadata of the first groups: homes for test blocks. */
 static inline blk64_t jt_free_run(ext2_filsys fs, unsigned int n)
 {

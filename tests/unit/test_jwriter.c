@@ -41,6 +41,7 @@ struct jt_check {
 };
 
 enum jt_what { JW_NONE, JW_SB, JW_DESC, JW_COMMIT, JW_REVOKE, JW_COPY, JW_HOME };
+static const char *const jt_what_name[] = { "?", "superblock", "descriptor", "commit", "revoke", "logged copy", "home" };
 
 struct jt_cls {
 	enum jt_what what;
@@ -188,9 +189,9 @@ static void check_rules(const struct jt_rec *r, const struct jnl *j, struct jt_c
 			ck_assert_msg(f >= 0, "rule 2: commit of transaction %u with no flush before it", c[i].seq);
 			for (ssize_t x = f + 1; x < (ssize_t)i; x++)
 				ck_assert_msg(r->ev[x].kind != JT_WRITE || c[x].what == JW_SB,
-					      "rules 1-2: block %llu (kind %d) written at event %zd after the last flush "
+					      "rules 1-2: block %llu (%s) written at event %zd after the last flush "
 					      "before the commit of transaction %u (event %zu)",
-					      (unsigned long long)r->ev[x].blk, c[x].what, x, c[i].seq, i);
+					      (unsigned long long)r->ev[x].blk, jt_what_name[c[x].what], x, c[i].seq, i);
 			/* Rule 3: the commit durable before jw_log returns, so before any home write. */
 			ck_assert_msg(i + 1 < r->n && r->ev[i + 1].kind == JT_FLUSH,
 				      "rule 3: no flush right after the commit of transaction %u (event %zu)",
@@ -275,7 +276,7 @@ static void env_open(struct jt_env *v, const char *mkfs, unsigned int nblk)
 {
 	char msg[256];
 
-	v->fs = unit_image(v->path, JT_SIZE, mkfs);
+	v->fs = jt_image(v->path, mkfs);
 	ck_assert_msg(!jnl_open(v->fs, &v->map, msg, sizeof(msg)), "%s", msg);
 	v->rec = jt_rec_new(v->fs);
 	ck_assert_msg(!jw_open(v->fs, v->rec, &v->w, msg, sizeof(msg)), "jw_open: %s", msg);
