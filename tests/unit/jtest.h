@@ -195,6 +195,33 @@ static inline blk64_t jt_physical(const struct jnl *j, uint32_t l)
 }
 
 /*
+ * Files a test made, unlinked after it even when it fails (a failed check
+ * leaves the test at once, CK_FORK=no or not): jt_cleanup is every test
+ * case's checked teardown.
+ */
+#define JT_TRACK_MAX 8
+static char jt_tracked[JT_TRACK_MAX][128];
+
+static inline void jt_track(const char *path)
+{
+	for (int i = 0; i < JT_TRACK_MAX; i++)
+		if (!jt_tracked[i][0]) {
+			snprintf(jt_tracked[i], sizeof(jt_tracked[i]), "%s", path);
+			return;
+		}
+	ck_abort_msg("more than %d files in one test", JT_TRACK_MAX);
+}
+
+static void jt_cleanup(void)
+{
+	for (int i = 0; i < JT_TRACK_MAX; i++)
+		if (jt_tracked[i][0]) {
+			unlink(jt_tracked[i]);
+			jt_tracked[i][0] = 0;
+		}
+}
+
+/*
  * unit_image's image, its channel uncached: unix_io keeps a few blocks, and
  * a write of many blocks (the writer's first, superblock and log at once)
  * goes round that cache without refreshing a copy of the superblock kept
@@ -204,6 +231,7 @@ static inline ext2_filsys jt_image(char *path, const char *mkfs_args)
 {
 	ext2_filsys fs = unit_image(path, JT_SIZE, mkfs_args);
 
+	jt_track(path);
 	ck_assert_int_eq(io_channel_set_options(fs->io, "cache=off"), 0);
 	return fs;
 }

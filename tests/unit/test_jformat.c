@@ -486,6 +486,7 @@ int main(void)
 	TCase *tc = tcase_create("format");
 
 	tcase_set_timeout(tc, 60);
+	tcase_add_checked_fixture(tc, NULL, jt_cleanup);
 	tcase_add_test(tc, own_crc32c);
 	tcase_add_test(tc, struct_offsets);
 	tcase_add_test(tc, tag_sizes);

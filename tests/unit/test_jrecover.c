@@ -233,6 +233,7 @@ static void e2fsck_replay(struct jr_env *v, char *copy)
 	int st;
 
 	snprintf(copy, 96, "%.64s.e2fsck", v->path);
+	jt_track(copy);
 	snprintf(cmd, sizeof(cmd), "cp --sparse=always %s %s && e2fsck -fy %s >/dev/null 2>&1", v->path, copy, copy);
 	st = system(cmd);
 	/* 0 or 1: clean, or corrected (the replay itself counts as a correction). */
@@ -522,6 +523,7 @@ int main(void)
 	TCase *tc = tcase_create("recover");
 
 	tcase_set_timeout(tc, 60);
+	tcase_add_checked_fixture(tc, NULL, jt_cleanup);
 	tcase_add_test(tc, short_log);
 	tcase_add_test(tc, wrapped_log);
 	tcase_add_test(tc, revoked_not_replayed);

@@ -494,6 +494,7 @@ int main(void)
 	TCase *tc = tcase_create("rules");
 
 	tcase_set_timeout(tc, 60);
+	tcase_add_checked_fixture(tc, NULL, jt_cleanup);
 	tcase_add_test(tc, steady_state_wraps);
 	tcase_add_test(tc, steady_state_plain);
 	tcase_add_test(tc, near_capacity);
