@@ -5,10 +5,10 @@
  * journal's map (to tell a log block from a home block in what was
  * recorded).
  *
- * The recorder is an io_manager of the test's own rather than io/record.c:
- * that one appends to a file named by the environment and opens the device
- * itself; the writer's rules are about the order of writes and flushes,
- * which an in-memory list over the fs's own channel shows directly.
+ * The recorder is an io_manager of the test's own, in memory, over the
+ * fs's unix_io channel: test_jwriter.c puts it under the writer alone.
+ * test_jstack.c uses rrfuse's own recorder (io/record.c), which needs the
+ * whole stack, and reads its file back into the same events.
  */
 #ifndef RRFUSE_TESTS_JTEST_H
 #define RRFUSE_TESTS_JTEST_H
@@ -222,10 +222,11 @@ static void jt_cleanup(void)
 }
 
 /*
- * unit_image's image, its channel uncached: unix_io keeps a few blocks, and
- * a write of many blocks (the writer's first, superblock and log at once)
- * goes round that cache without refreshing a copy of the superblock kept
- * there, which a test reading the journal back would then see.
+ * unit_image's image, its channel uncached: read back through unix_io's
+ * own small cache after the writer's first write (superblock and log
+ * blocks in one multi-block write), the journal superblock came back as
+ * it was before (seen here with e2fsprogs 1.47.0); the tests read what is
+ * on the file.
  */
 static inline ext2_filsys jt_image(char *path, const char *mkfs_args)
 {
