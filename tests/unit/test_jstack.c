@@ -31,7 +31,7 @@ struct js_mark {
 };
 
 struct js_env {
-	char path[64], rec[96];
+	char path[64], rec[96], pre[96];
 	ext2_filsys fs;
 	struct jnl map;
 	struct jw *w;
@@ -98,6 +98,15 @@ static void js_open(struct js_env *v, unsigned int nblk, const char *faults)
 	v->nblk = nblk;
 	v->base = jt_free_run(fs, nblk);
 	ck_assert_int_eq(ext2fs_close_free(&fs), 0);
+	/* The image before the mount: crash states are rebuilt from it. */
+	snprintf(v->pre, sizeof(v->pre), "%.64s.pre", v->path);
+	jt_track(v->pre);
+	{
+		char cmd[256];
+
+		snprintf(cmd, sizeof(cmd), "cp --sparse=always %s %s", v->path, v->pre);
+		ck_assert_int_eq(system(cmd), 0);
+	}
 	snprintf(v->rec, sizeof(v->rec), "%.64s.rec", v->path);
 	jt_track(v->rec);
 	/* Read by the managers' open only. */
@@ -187,37 +196,57 @@ static void js_free_record(struct jt_rec *r)
 	free(r->ev);
 }
 
-/* Commits of every size up to past a transaction's: the rules hold, the ring wraps, a big one is cut. */
+/*
+ * Commits of every size up to past a transaction's, through the stack;
+ * the recorder's file read back into r (the caller frees it, js_done
+ * closes the rest).  The transactions' count and the id after them.
+ */
+static void js_workload(struct js_env *v, struct jt_rec *r, uint64_t *transactions, uint32_t *next)
+{
+	static const unsigned int sizes[] = { 1, 40, 200, 300, 250, 280, 10 };
+	struct io_cache_stats st;
+	unsigned int at = 0, ver = 1;
+	uint64_t count;
+	size_t cap;
+
+	js_open(v, 1400, NULL);
+	cap = jw_capacity(v->w);
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); at += sizes[i++])
+		ck_assert_int_eq(js_commit(v, at, sizes[i], ver++), 0);
+	/* More dirty blocks than a transaction holds: two transactions, no longer atomic. */
+	ck_assert_int_eq(js_commit(v, 0, (unsigned int)cap + 100, ver++), 0);
+	ck_assert_uint_eq(v->too_big, 1);
+	ck_assert_int_eq(io_cache_stats(v->fs->io, &st), 0);
+	ck_assert_uint_eq(st.split, 1);
+	ck_assert_uint_eq(st.transactions, sizeof(sizes) / sizeof(sizes[0]) + 2);
+	*transactions = st.transactions;
+	ck_assert_int_eq(io_cache_set_journal(v->fs->io, NULL), 0);
+	jw_stats(v->w, &count, next);
+	js_mark(v, 'C', *next);
+	ck_assert_int_eq(jw_close(v->w), 0);
+	js_read_record(v, r);
+}
+
+static void js_done(struct js_env *v)
+{
+	jnl_close(&v->map);
+	ck_assert_int_eq(ext2fs_close_free(&v->fs), 0);
+}
+
+/* The rules hold on what reached the device; the ring wraps; the big write-back is two transactions. */
 START_TEST(cache_writeback_rules)
 {
 	struct js_env v;
 	struct jt_check k = { 0 };
 	struct jt_rec r;
-	struct io_cache_stats st;
-	size_t cap;
-	uint64_t count;
+	uint64_t transactions;
 	uint32_t next;
-	unsigned int wrapped = 0, at = 0, ver = 1;
-	static const unsigned int sizes[] = { 1, 40, 200, 300, 250, 280, 10 };
+	unsigned int wrapped = 0;
 
-	js_open(&v, 1400, NULL);
-	cap = jw_capacity(v.w);
-	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++, at += sizes[i - 1])
-		ck_assert_int_eq(js_commit(&v, at, sizes[i], ver++), 0);
-	/* More dirty blocks than a transaction holds: two transactions, no longer atomic. */
-	ck_assert_int_eq(js_commit(&v, 0, (unsigned int)cap + 100, ver++), 0);
-	ck_assert_uint_eq(v.too_big, 1);
-	ck_assert_int_eq(io_cache_stats(v.fs->io, &st), 0);
-	ck_assert_uint_eq(st.split, 1);
-	ck_assert_uint_eq(st.transactions, sizeof(sizes) / sizeof(sizes[0]) + 2);
-	ck_assert_int_eq(io_cache_set_journal(v.fs->io, NULL), 0);
-	jw_stats(v.w, &count, &next);
-	js_mark(&v, 'C', next);
-	ck_assert_int_eq(jw_close(v.w), 0);
-	js_read_record(&v, &r);
+	js_workload(&v, &r, &transactions, &next);
 	check_rules(&r, &v.map, &k);
 	check_closed(&r, &v.map, next);
-	ck_assert_uint_eq(k.ntxn, st.transactions);
+	ck_assert_uint_eq(k.ntxn, transactions);
 	for (size_t t = 0; t < k.ntxn; t++) {
 		/* The two halves of the big one: the second reaches the first, so the log is emptied first. */
 		ck_assert_msg(k.txn[t].flushes == (k.txn[t].emptied ? 4U : 2U), "transaction %zu: %u flushes", t,
@@ -227,9 +256,156 @@ START_TEST(cache_writeback_rules)
 	ck_assert(wrapped >= 1);
 	js_free_record(&r);
 	free(k.txn);
-	jnl_close(&v.map);
-	ck_assert_int_eq(ext2fs_close_free(&v.fs), 0);
+	js_done(&v);
 	ck_assert_int_eq(jt_fsck(v.path), 0);
+}
+END_TEST
+
+/* Which writes after the last durable flush a crash state keeps (the device may have done any of them). */
+enum js_keep {
+	JS_NONE,	/* none: the durable state alone */
+	JS_META,	/* the journal's own blocks (superblock, descriptors, revokes, commits), no copies, no homes */
+	JS_DATA,	/* the logged copies and home writes, none of the journal's own */
+};
+
+static int js_kept(const struct js_env *v, const struct jt_ev *e, enum js_keep keep)
+{
+	int64_t l = jt_logical(&v->map, e->blk);
+	int meta = l == 0 || (l > 0 && jf_be32_at(e->data) == JF_MAGIC);
+
+	return keep == JS_META ? meta : keep == JS_DATA ? !meta : 0;
+}
+
+/*
+ * The state a power cut leaves when the device made durable every write
+ * before event f (a flush, or the record's start) and, of those from it up
+ * to event to (the next flush, or the record's end), the ones keep names: rebuilt from the image before the
+ * mount, then needs_recovery and jr_recover.  Each home must then hold its
+ * copy from the last transaction whose commit block the state has (or
+ * what it held before the mount), and, when fsck, e2fsck find the image
+ * clean.  A copy is taken as there once its commit is: that is rule 2.
+ */
+static void crash_state(struct js_env *v, const struct jt_rec *r, const char *crash, size_t f, size_t to,
+			enum js_keep keep, int fsck)
+{
+	ssize_t *last = malloc(v->nblk * sizeof(*last)), *pending = malloc(v->nblk * sizeof(*pending));
+	unsigned char *want = malloc(r->bsize), *got = malloc(r->bsize);
+	char cmd[320], msg[256];
+	uint32_t cur = 0;
+	ext2_filsys fs;
+	int fd, pre, ret;
+
+	snprintf(cmd, sizeof(cmd), "cp --sparse=always %s %s", v->pre, crash);
+	ck_assert_int_eq(system(cmd), 0);
+	fd = open(crash, O_WRONLY);
+	ck_assert_int_ge(fd, 0);
+	for (unsigned int k = 0; k < v->nblk; k++)
+		last[k] = pending[k] = -1;
+	for (size_t i = 0; i < to; i++) {
+		const struct jt_ev *e = &r->ev[i];
+		int kept;
+		int64_t l;
+
+		if (e->kind != JT_WRITE)
+			continue;
+		kept = i < f || js_kept(v, e, keep);
+		if (kept)
+			ck_assert_int_eq(pwrite(fd, e->data, r->bsize, (off_t)(e->blk * r->bsize)), (ssize_t)r->bsize);
+		l = jt_logical(&v->map, e->blk);
+		if (l <= 0)
+			continue;
+		if (jf_be32_at(e->data) == JF_MAGIC) {
+			uint32_t type = jf_be32_at(e->data + 4), seq = jf_be32_at(e->data + 8);
+
+			if (type == JF_DESCRIPTOR_BLOCK && seq != cur) {
+				cur = seq;
+				for (unsigned int k = 0; k < v->nblk; k++)
+					pending[k] = -1;
+			}
+			/* The oracle: a transaction is there once its commit block is. */
+			if (type == JF_COMMIT_BLOCK && kept)
+				for (unsigned int k = 0; k < v->nblk; k++)
+					if (pending[k] >= 0)
+						last[k] = pending[k];
+		} else {
+			blk64_t home;
+
+			memcpy(&home, e->data, sizeof(home));
+			ck_assert(home >= v->base && home < v->base + v->nblk);
+			pending[home - v->base] = (ssize_t)i;
+		}
+	}
+	close(fd);
+	ck_assert_int_eq(ext2fs_open(crash, EXT2_FLAG_RW | EXT2_FLAG_64BITS, 0, 0, unix_io_manager, &fs), 0);
+	ext2fs_set_feature_journal_needs_recovery(fs->super);
+	ext2fs_mark_super_dirty(fs);
+	ck_assert_int_eq(ext2fs_close_free(&fs), 0);
+	ck_assert_int_eq(ext2fs_open(crash, EXT2_FLAG_RW | EXT2_FLAG_64BITS, 0, 0, unix_io_manager, &fs), 0);
+	ck_assert_int_eq(io_channel_set_options(fs->io, "cache=off"), 0);
+	ret = jr_recover(fs, msg, sizeof(msg));
+	ext2fs_free(fs);
+	ck_assert_msg(!ret, "crash after event %zu (kept %d up to %zu): jr_recover: %s", f, keep, to, msg);
+	fd = open(crash, O_RDONLY);
+	pre = open(v->pre, O_RDONLY);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_ge(pre, 0);
+	for (unsigned int k = 0; k < v->nblk; k++) {
+		if (last[k] >= 0)
+			memcpy(want, r->ev[last[k]].data, r->bsize);
+		else
+			ck_assert_int_eq(pread(pre, want, r->bsize, (off_t)((v->base + k) * r->bsize)), (ssize_t)r->bsize);
+		ck_assert_int_eq(pread(fd, got, r->bsize, (off_t)((v->base + k) * r->bsize)), (ssize_t)r->bsize);
+		ck_assert_msg(!memcmp(want, got, r->bsize),
+			      "crash after event %zu (kept %d up to %zu): home %u does not hold its last committed copy "
+			      "(event %zd)", f, keep, to, k, last[k]);
+	}
+	close(fd);
+	close(pre);
+	if (fsck)
+		ck_assert_msg(jt_fsck(crash) == 0, "crash after event %zu (kept %d up to %zu): e2fsck -fn is not clean",
+			      f, keep, to);
+	free(last);
+	free(pending);
+	free(want);
+	free(got);
+}
+
+/*
+ * A power cut at each flush of that workload, the device having done
+ * none, or only some kinds, of the writes sent after it before the next:
+ * the writer's rules are what makes every such state recoverable.
+ */
+START_TEST(crash_states)
+{
+	struct js_env v;
+	struct jt_rec r;
+	uint64_t transactions;
+	uint32_t next;
+	char crash[128];
+	size_t points = 0, f = 0;
+
+	js_workload(&v, &r, &transactions, &next);
+	snprintf(crash, sizeof(crash), "%.64s.crash", v.path);
+	jt_track(crash);
+	for (size_t p = 0; p <= r.n; p++) {
+		int writes = 0;
+
+		if (p < r.n && r.ev[p].kind != JT_FLUSH)
+			continue;
+		/* [f, p): the writes since the last flush, which the device may have done or not. */
+		for (size_t i = f; i < p; i++)
+			writes += r.ev[i].kind == JT_WRITE;
+		crash_state(&v, &r, crash, f, p, JS_NONE, 1);
+		if (writes) {
+			crash_state(&v, &r, crash, f, p, JS_META, 0);
+			crash_state(&v, &r, crash, f, p, JS_DATA, 0);
+		}
+		points++;
+		f = p;
+	}
+	ck_assert_uint_ge(points, 2 * transactions);
+	js_free_record(&r);
+	js_done(&v);
 }
 END_TEST
 
@@ -291,6 +467,7 @@ int main(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_checked_fixture(tc, NULL, jt_cleanup);
 	tcase_add_test(tc, cache_writeback_rules);
+	tcase_add_test(tc, crash_states);
 	tcase_add_test(tc, journal_write_fails);
 	suite_add_tcase(s, tc);
 	return unit_run(s);
