@@ -170,7 +170,9 @@ static void check_rules(const struct jt_rec *r, const struct jnl *j, struct jt_c
 			continue;
 		switch (c[i].what) {
 		case JW_HOME:
-			last_home = (ssize_t)i;
+			/* After a transaction returned (before the first one, only file data is written). */
+			if (c[i].homed)
+				last_home = (ssize_t)i;
 			break;
 		case JW_SB:
 			/* Rule 4: what was written home before this is durable before it. */

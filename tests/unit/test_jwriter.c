@@ -32,16 +32,17 @@ static void env_open(struct jt_env *v, const char *mkfs, unsigned int nblk)
 	v->rec = jt_rec_new(v->fs);
 	ck_assert_msg(!jw_open(v->fs, v->rec, &v->w, msg, sizeof(msg)), "jw_open: %s", msg);
 	v->nblk = nblk;
-	v->base = jt_free_run(v->fs, nblk);
-	v->buf = calloc(nblk, sizeof(*v->buf));
-	for (unsigned int i = 0; i < nblk; i++)
+	v->base = jt_free_run(v->fs, nblk + 1);
+	v->buf = calloc(nblk + 1, sizeof(*v->buf));
+	for (unsigned int i = 0; i <= nblk; i++)
 		v->buf[i] = malloc(v->fs->blocksize);
 }
 
 /*
- * One transaction as the cache makes one: n blocks from the first+k*step,
- * logged, then written home, then jw_checkpointed; the record marked.
- * jw_log's result.
+ * One transaction as a commit makes one: a block of file data written
+ * first (the data path's, rule 1), then n of the homes from first on
+ * (round the nblk of them) logged at version, written home (when home is
+ * set), jw_checkpointed; the record marked.  jw_log's result.
  */
 static int txn(struct jt_env *v, unsigned int first, unsigned int n, unsigned int version, int home)
 {
@@ -52,6 +53,9 @@ static int txn(struct jt_env *v, unsigned int first, unsigned int n, unsigned in
 	int ret;
 
 	jw_stats(v->w, &count, &seq);
+	/* File data, in the block after the homes: durable with the log blocks, before the commit. */
+	jt_fill(v->buf[v->nblk], v->fs->blocksize, v->base + v->nblk, version);
+	ck_assert_int_eq(io_channel_write_blk64(v->rec, v->base + v->nblk, 1, v->buf[v->nblk]), 0);
 	for (unsigned int i = 0; i < n; i++) {
 		unsigned int k = (first + i) % v->nblk;
 
@@ -84,7 +88,7 @@ static void env_close(struct jt_env *v, struct jt_check *k, int fsck)
 	check_closed(v->rec->private_data, &v->map, next);
 	jnl_close(&v->map);
 	jt_rec_free(v->rec);
-	for (unsigned int i = 0; i < v->nblk; i++)
+	for (unsigned int i = 0; i <= v->nblk; i++)
 		free(v->buf[i]);
 	free(v->buf);
 	ck_assert_int_eq(ext2fs_close_free(&v->fs), 0);
@@ -224,14 +228,14 @@ START_TEST(flush_error_aborts)
 	before = r->n;
 	ck_assert_int_eq(txn(&v, 20, 10, 3, 1), -EIO);
 	ck_assert_int_eq(jw_checkpointed(v.w), -EIO);
-	/* Only the test's mark: the writer wrote nothing. */
-	ck_assert_uint_eq(r->n, before + 1);
+	/* Only the test's own: its file data and its mark; the writer wrote nothing. */
+	ck_assert_uint_eq(r->n, before + 2);
 	/* Aborted, jw_close leaves the log as it is (a replay's business). */
 	ck_assert_int_eq(jw_close(v.w), 0);
-	ck_assert_uint_eq(r->n, before + 1);
+	ck_assert_uint_eq(r->n, before + 2);
 	jnl_close(&v.map);
 	jt_rec_free(v.rec);
-	for (unsigned int i = 0; i < v.nblk; i++)
+	for (unsigned int i = 0; i <= v.nblk; i++)
 		free(v.buf[i]);
 	free(v.buf);
 	ext2fs_close_free(&v.fs);
