@@ -41,7 +41,7 @@ struct jt_check {
 };
 
 enum jt_what { JW_NONE, JW_SB, JW_DESC, JW_COMMIT, JW_REVOKE, JW_COPY, JW_HOME };
-static const char *const jt_what_name[] = { "?", "superblock", "descriptor", "commit", "revoke", "logged copy", "home" };
+static const char *const jt_what_name[] = { "?", "superblock", "descriptor", "commit", "revoke", "logged copy", "home or file data" };
 
 struct jt_cls {
 	enum jt_what what;
