@@ -27,8 +27,9 @@ io_channel io_cache_lower(io_channel ch);
 /*
  * A journal under the cache's write-back (src/journal/writer.h): while one
  * is set, every write-back is a transaction.  log() makes up to capacity
- * blocks durable in the journal, then the cache writes them home, flushes
- * and calls checkpointed(); a write-back larger than capacity is cut into
+ * blocks durable in the journal, then the cache writes them home, without
+ * a flush (the next transaction's first flush makes them durable: writer.h,
+ * rule 4), and calls checkpointed(); a write-back larger than capacity is cut into
  * several transactions (no longer atomic: counted in st.split).  Nothing
  * reaches home otherwise: dirty blocks are never written back to make room
  * (the cache grows past its bound instead), and byte writes (the
