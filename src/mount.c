@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * Mounting and unmounting: open the image through the I/O layer, check it
- * (check.c), attach the allocator and the orphan list, mark it in use and
+ * (imgcheck.c), attach the allocator and the orphan list, mark it in use and
  * finish what a crash left; at unmount write everything out and mark it
  * clean again.
  */
@@ -12,7 +12,7 @@
 #include "log.h"
 #include "orphan.h"
 #include "error.h"
-#include "mount.h"
+#include "imgcheck.h"
 #include "mountinfo.h"
 
 #include <errno.h>

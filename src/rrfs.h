@@ -233,9 +233,6 @@ int rr_fs_mark_mounted(struct rr_fs *rfs);
 int rr_fs_mark_in_use(struct rr_fs *rfs, int new_mount);
 int rr_fs_close(struct rr_fs *rfs);
 
-/* check.c */
-errcode_t rr_check_desc(ext2_filsys fs);
-
 /* commit.c */
 int rr_fs_write_super(struct rr_fs *rfs);
 int rr_fs_commit_for_alloc(void *rfs);

@@ -149,7 +149,7 @@ static uint32_t sb_csum(const struct jf_superblock *sb)
 	return ext2fs_crc32c_le(~0U, (const unsigned char *)&copy, sizeof(copy));
 }
 
-static int check_features(struct jnl *j, char *msg, size_t msglen)
+static int journal_check_features(struct jnl *j, char *msg, size_t msglen)
 {
 	const struct jf_superblock *sb = j->sb;
 	uint32_t unknown = j->incompat & ~JNL_KNOWN_INCOMPAT;
@@ -182,7 +182,7 @@ static int check_features(struct jnl *j, char *msg, size_t msglen)
 }
 
 /* The superblock's geometry against the journal inode, as the kernel checks it at load. */
-static int check_geometry(struct jnl *j, blk64_t nblocks, char *msg, size_t msglen)
+static int journal_check_geometry(struct jnl *j, blk64_t nblocks, char *msg, size_t msglen)
 {
 	const struct jf_superblock *sb = j->sb;
 	uint32_t start = be32toh(sb->s_start), fc = 0;
@@ -265,9 +265,9 @@ int jnl_open(ext2_filsys fs, struct jnl *j, char *msg, size_t msglen)
 		j->incompat = be32toh(j->sb->s_feature_incompat);
 	}
 	j->csum = !!(j->incompat & (JF_INCOMPAT_CSUM_V2 | JF_INCOMPAT_CSUM_V3));
-	ret = check_features(j, msg, msglen);
+	ret = journal_check_features(j, msg, msglen);
 	if (!ret)
-		ret = check_geometry(j, nblocks, msg, msglen);
+		ret = journal_check_geometry(j, nblocks, msg, msglen);
 	if (ret)
 		goto fail;
 	j->tag_size = jf_tag_size(j->incompat);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "rrfs.h"
+#include "imgcheck.h"
 
 static ext2_filsys open_plain(const char *path, int rw)
 {

@@ -7,7 +7,7 @@
 #include "rrfs.h"
 #include "io/dev.h"
 #include "log.h"
-#include "mount.h"
+#include "imgcheck.h"
 
 #include <errno.h>
 #include <stdio.h>
