@@ -58,16 +58,9 @@ int mb_policy_switch(struct rr_alloc *a, const struct mb_policy *p, char *err, s
 static void tunables_store(struct rr_alloc_tunables *to, const struct rr_alloc_tunables *from)
 {
 #define STORE(f) __atomic_store_n(&to->f, from->f, __ATOMIC_RELAXED)
-	STORE(mb_max_prealloc_kb);
-	STORE(mb_stream_req);
-	STORE(mb_group_prealloc);
-	STORE(mb_min_to_scan);
-	STORE(mb_max_to_scan);
-	STORE(mb_order2_req);
-	STORE(mb_max_linear_groups);
-	STORE(mb_optimize_scan);
-	STORE(mb_best_avail_max_trim_order);
-	STORE(mb_stats);
+#define MB_TUNABLE(n, k, m, d) STORE(n);
+#include "rrfuse/tunables.def"
+#undef MB_TUNABLE
 	STORE(check);
 	STORE(discard);
 #undef STORE

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* mb_max_prealloc_kb's default (tunables.def): smaller values mean it. */
 #define MB_DEFAULT_MAX_PREALLOC_KB	8192
 
 enum tkind { T_UINT, T_BOOL, T_PREALLOC_KB, T_POLICY };
@@ -27,19 +28,10 @@ struct tunable {
 	unsigned int max;
 };
 
-#define TU(n, k, m) { #n, offsetof(struct rr_alloc_tunables, n), k, m }
 static const struct tunable tunables[] = {
-	TU(mb_max_prealloc_kb, T_PREALLOC_KB, 0),
-	TU(mb_stream_req, T_UINT, UINT_MAX),
-	/* The kernel refuses values above the blocks per group at attach; so do we. */
-	TU(mb_group_prealloc, T_UINT, UINT_MAX),
-	TU(mb_min_to_scan, T_UINT, UINT_MAX),
-	TU(mb_max_to_scan, T_UINT, UINT_MAX),
-	TU(mb_order2_req, T_UINT, 64),
-	TU(mb_max_linear_groups, T_UINT, UINT_MAX),
-	TU(mb_optimize_scan, T_BOOL, 1),
-	TU(mb_best_avail_max_trim_order, T_UINT, 64),
-	TU(mb_stats, T_BOOL, 1),
+#define MB_TUNABLE(n, k, m, d) { #n, offsetof(struct rr_alloc_tunables, n), k, m },
+#include "rrfuse/tunables.def"
+#undef MB_TUNABLE
 	{ "max_prealloc_kb", offsetof(struct rr_alloc_tunables, mb_max_prealloc_kb), T_PREALLOC_KB, 0 },
 	{ "allocator", 0, T_POLICY, 0 },
 };
@@ -47,15 +39,9 @@ static const struct tunable tunables[] = {
 void rr_alloc_tunables_default(struct rr_alloc_tunables *t)
 {
 	memset(t, 0, sizeof(*t));
-	t->mb_max_prealloc_kb = MB_DEFAULT_MAX_PREALLOC_KB;
-	t->mb_stream_req = 16;
-	t->mb_group_prealloc = 512;
-	t->mb_min_to_scan = 10;
-	t->mb_max_to_scan = 200;
-	t->mb_order2_req = 2;
-	t->mb_max_linear_groups = 0;
-	t->mb_optimize_scan = UINT_MAX;	/* on with >= 16 groups, decided at attach */
-	t->mb_best_avail_max_trim_order = 3;
+#define MB_TUNABLE(n, k, m, d) t->n = d;
+#include "rrfuse/tunables.def"
+#undef MB_TUNABLE
 	strcpy(t->policy, "regular");
 }
 

@@ -59,7 +59,7 @@ struct cmdline {
 	int version;
 };
 
-enum { KEY_RO, KEY_REMOUNT, KEY_NORECOVERY, KEY_HELP, KEY_VERSION, KEY_ALLOC, KEY_RRALLOC };
+enum { KEY_RO, KEY_REMOUNT, KEY_NORECOVERY, KEY_HELP, KEY_VERSION, KEY_RRALLOC };
 
 /* The largest metadata cache -o cache_mb= takes, MiB. */
 #define CACHE_MB_MAX 65536
@@ -83,19 +83,6 @@ static const struct fuse_opt opt_spec[] = {
 	OPT("check", check, 1),
 	OPT("journal", nojournal, 0),
 	OPT("nojournal", nojournal, 1),
-	/* Allocator tunables: the kernel's sysfs names, validated by the allocator. */
-	FUSE_OPT_KEY("max_prealloc_kb=", KEY_ALLOC),
-	FUSE_OPT_KEY("mb_max_prealloc_kb=", KEY_ALLOC),
-	FUSE_OPT_KEY("mb_stream_req=", KEY_ALLOC),
-	FUSE_OPT_KEY("mb_group_prealloc=", KEY_ALLOC),
-	FUSE_OPT_KEY("mb_min_to_scan=", KEY_ALLOC),
-	FUSE_OPT_KEY("mb_max_to_scan=", KEY_ALLOC),
-	FUSE_OPT_KEY("mb_order2_req=", KEY_ALLOC),
-	FUSE_OPT_KEY("mb_max_linear_groups=", KEY_ALLOC),
-	FUSE_OPT_KEY("mb_optimize_scan=", KEY_ALLOC),
-	FUSE_OPT_KEY("mb_best_avail_max_trim_order=", KEY_ALLOC),
-	FUSE_OPT_KEY("mb_stats=", KEY_ALLOC),
-	FUSE_OPT_KEY("allocator=", KEY_ALLOC),
 	FUSE_OPT_KEY("rralloc", KEY_RRALLOC),	/* the rralloc patch's mount option */
 	FUSE_OPT_KEY("ro", KEY_RO),
 	FUSE_OPT_KEY("remount", KEY_REMOUNT),
@@ -107,6 +94,28 @@ static const struct fuse_opt opt_spec[] = {
 	FUSE_OPT_KEY("--version", KEY_VERSION),
 	FUSE_OPT_END
 };
+
+/*
+ * arg, "NAME=VALUE", when NAME is an allocator tunable: set it (the first
+ * refusal kept, to be reported before the image is opened).  1 when NAME
+ * is not one.
+ */
+static int alloc_opt(struct cmdline *c, const char *arg)
+{
+	char name[64], err[sizeof(c->alloc_err)];
+	const char *eq = strchr(arg, '=');
+	size_t n = eq ? (size_t)(eq - arg) : strlen(arg);
+
+	if (n >= sizeof(name))
+		return 1;
+	memcpy(name, arg, n);
+	name[n] = 0;
+	if (!rr_alloc_is_tunable(name))
+		return 1;
+	if (rr_alloc_tunable_set(&c->alloc, name, eq ? eq + 1 : "", err, sizeof(err)) && !c->alloc_err[0])
+		snprintf(c->alloc_err, sizeof(c->alloc_err), "%s", err);
+	return 0;
+}
 
 static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outargs)
 {
@@ -138,24 +147,32 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 		c->version = 1;
 		return 0;
 	case KEY_RRALLOC:
-		arg = "allocator=rralloc";
-		/* fall through */
-	case KEY_ALLOC: {
-		char name[64], err[sizeof(c->alloc_err)];
-		const char *eq = strchr(arg, '=');
-		size_t n = eq ? (size_t)(eq - arg) : 0;
-
-		if (n >= sizeof(name))
-			n = sizeof(name) - 1;
-		memcpy(name, arg, n);
-		name[n] = 0;
-		if (rr_alloc_tunable_set(&c->alloc, name, eq ? eq + 1 : "", err, sizeof(err)) &&
-		    !c->alloc_err[0])
-			snprintf(c->alloc_err, sizeof(c->alloc_err), "%s", err);
+		alloc_opt(c, "allocator=rralloc");
 		return 0;
-	}
+	case FUSE_OPT_KEY_OPT:
+		/* The allocator's tunables (rrfuse/tunables.def) are options too. */
+		return alloc_opt(c, arg) ? 1 : 0;
 	default:
 		return 1;
+	}
+}
+
+/* Every tunable of rrfuse/tunables.def with its default (optimize_scan's is decided at mount). */
+static void usage_tunables(void)
+{
+	struct rr_alloc_tunables t;
+	char val[32], err[64];
+	const char *name;
+	unsigned int i;
+
+	rr_alloc_tunables_default(&t);
+	for (i = 0; (name = rr_alloc_tunable_name(i)); i++) {
+		if (!strcmp(name, "allocator"))
+			continue;
+		if (rr_alloc_tunable_get(&t, name, val, sizeof(val), err, sizeof(err)))
+			continue;
+		printf("    -o %s=N%*s default %s\n", name, strlen(name) < 24 ? (int)(24 - strlen(name)) : 1, "",
+		       strcmp(val, "4294967295") ? val : "on with 16 groups or more");
 	}
 }
 
@@ -197,11 +214,8 @@ static void usage(const char *prog)
 	       "                           allocator's buddies against the bitmap, after every change\n"
 	       "    -o max_prealloc_kb=KB  largest preallocation window (alias mb_max_prealloc_kb; default 8192;\n"
 	       "                           smaller values mean 8192, others round up to a power of two)\n"
-	       "    -o mb_stream_req=N, mb_group_prealloc=N, mb_min_to_scan=N, mb_max_to_scan=N,\n"
-	       "       mb_order2_req=N, mb_max_linear_groups=N, mb_optimize_scan=0|1,\n"
-	       "       mb_best_avail_max_trim_order=N, mb_stats=0|1\n"
-	       "                           the kernel's mballoc tunables, with its defaults\n"
-	       "                           (these and allocator= change live with rrctl MOUNTPOINT KEY=VALUE)\n"
+	       "    -o NAME=N              the kernel's mballoc tunables, listed below with its defaults; these\n"
+	       "                           and allocator= change live with rrctl MOUNTPOINT KEY=VALUE\n"
 	       "    -o allocator=NAME      allocation policy: regular (the kernel's, default), rralloc\n"
 	       "                           (round-robin over the device), firstfit (lowest address first)\n"
 	       "    -o rralloc             the same as allocator=rralloc\n"
@@ -211,7 +225,9 @@ static void usage(const char *prog)
 	       "    -s                     single-threaded\n"
 	       "    -h, --help             this help\n"
 	       "    -V, --version          print the version\n\n"
-	       "FUSE options:\n", prog, prog);
+	       "Allocator tunables (the kernel's /sys/fs/ext4/DEV/ names):\n", prog, prog);
+	usage_tunables();
+	printf("\nFUSE options:\n");
 	fuse_cmdline_help();
 	fuse_lowlevel_help();
 }

@@ -71,21 +71,14 @@ struct rr_alloc_req {
 };
 
 /*
- * Tunables, with the kernel's sysfs names and defaults (mb_tunables.c
- * validates every one of them, in one place).  check is the debug option:
+ * Tunables, with the kernel's sysfs names and defaults, listed once in
+ * rrfuse/tunables.def (mb_tunables.c validates every one of them).  check is the debug option:
  * verify after every operation that the buddy equals bitmap + preallocations.
  */
 struct rr_alloc_tunables {
-	unsigned int mb_max_prealloc_kb;	/* 8192; < 8192 clamps, else rounded up to 2^n */
-	unsigned int mb_stream_req;		/* 16 blocks */
-	unsigned int mb_group_prealloc;		/* 512 blocks: a locality group's PA for small files */
-	unsigned int mb_min_to_scan;		/* 10 */
-	unsigned int mb_max_to_scan;		/* 200 */
-	unsigned int mb_order2_req;		/* 2 */
-	unsigned int mb_max_linear_groups;	/* 0 (non-rotational) */
-	unsigned int mb_optimize_scan;		/* 1 if the fs has >= 16 groups; -1u = decide at attach */
-	unsigned int mb_best_avail_max_trim_order;	/* 3 */
-	unsigned int mb_stats;			/* 0 */
+#define MB_TUNABLE(name, kind, max, def) unsigned int name;
+#include "rrfuse/tunables.def"
+#undef MB_TUNABLE
 	unsigned int check;			/* 0 */
 	unsigned int discard;			/* -o discard: freed blocks are discarded at once */
 	char policy[16];			/* "regular" */

@@ -562,6 +562,25 @@ def test_writer_that_never_stops_hears_enospc_at_write(mount_factory, opts):
     m.mount()
 
 
+def test_largest_file_ends_where_ext4s_does(fs):
+    """The last block ext4 allows ends at (2^32 - 1) blocks; its i_size passes
+    e2fsck (the teardown) and the kernel reads it back.  A truncate one byte
+    further fails with EFBIG, as on ext4."""
+    blksz = os.statvfs(fs.mnt).f_bsize
+    limit = ((1 << 32) - 1) * blksz
+    fd = os.open(fs.path("edge"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        assert os.pwrite(fd, b"e" * blksz, limit - blksz) == blksz
+        os.fsync(fd)
+        assert os.fstat(fd).st_size == limit
+        with pytest.raises(OSError) as e:
+            os.ftruncate(fd, limit + 1)
+        assert e.value.errno == errno.EFBIG
+    finally:
+        os.close(fd)
+    assert os.path.getsize(fs.path("edge")) == limit
+
+
 @pytest.mark.rrfuse_only
 def test_write_past_the_largest_file_fails_the_next_write(fs):
     """ext4's largest file is 2^32 - 1 blocks.  FUSE gives no way to tell the
