@@ -335,10 +335,25 @@ int inode_read(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in)
 	return ret;
 }
 
+/* Any change may move mtime or ctime past atime: the next read looks again (inode_accessed). */
+static void atime_look_again(struct rr_fs *rfs, ext2_ino_t ino)
+{
+	struct rr_inode *ri;
+
+	pthread_mutex_lock(&rfs->itab.lock);
+	ri = itab_find_locked(&rfs->itab, ino);
+	if (ri)
+		atomic_store(&ri->atime_quiet, 0);
+	pthread_mutex_unlock(&rfs->itab.lock);
+}
+
 /* Caller holds the fs lock. */
 int inode_write(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in)
 {
-	return rr_err_ino(ext2fs_write_inode_full(rfs->fs, ino, (struct ext2_inode *)in, sizeof(*in)), ino);
+	int ret = rr_err_ino(ext2fs_write_inode_full(rfs->fs, ino, (struct ext2_inode *)in, sizeof(*in)), ino);
+
+	atime_look_again(rfs, ino);
+	return ret;
 }
 
 /* Does the large inode's extra space hold the field ending at byte end? */
@@ -346,6 +361,9 @@ static int fits(const struct ext2_inode_large *in, size_t end)
 {
 	return (size_t)EXT2_GOOD_OLD_INODE_SIZE + in->i_extra_isize >= end;
 }
+
+/* relatime's day: an access time older than this is renewed by any read. */
+#define RR_RELATIME_SECS (24 * 60 * 60)
 
 #define FIELD_END(f) (offsetof(struct ext2_inode_large, f) + sizeof(((struct ext2_inode_large *)0)->f))
 
@@ -384,6 +402,49 @@ void inode_set_time(struct ext2_inode_large *in, int which, const struct timespe
 	if ((which & RR_CRTIME) && fits(in, FIELD_END(i_crtime)))
 		ts_encode(ts, &in->i_crtime,
 			  fits(in, FIELD_END(i_crtime_extra)) ? &in->i_crtime_extra : NULL);
+}
+
+static int ts_before(const struct timespec *a, const struct timespec *b)
+{
+	return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
+}
+
+/*
+ * The kernel's touch_atime() under relatime (relatime_need_update): a read
+ * sets the access time when it is not after the last modification or
+ * change, or is a day old; strictatime always, noatime never.  The kernel
+ * leaves atime of FUSE inodes to the server (S_NOATIME) and asks again
+ * after a READ, so this runs for every READ and READDIR it sends; page
+ * cache hits never come here (the kernel's ext4 would count them too).
+ */
+void inode_accessed(struct rr_fs *rfs, struct rr_inode *ri)
+{
+	struct ext2_inode_large in;
+	struct timespec now, at, mt, ct;
+	int64_t quiet = 0;
+
+	if (rfs->ro || rfs->opts.atime == RR_ATIME_NOATIME)
+		return;
+	clock_gettime(CLOCK_REALTIME_COARSE, &now);
+	if (rfs->opts.atime == RR_ATIME_RELATIME && now.tv_sec < atomic_load(&ri->atime_quiet))
+		return;
+	rr_fs_lock(rfs);
+	if (!inode_load(rfs, ri->ino, &in)) {
+		inode_get_time(&in, RR_ATIME, &at);
+		inode_get_time(&in, RR_MTIME, &mt);
+		inode_get_time(&in, RR_CTIME, &ct);
+		if ((rfs->opts.atime == RR_ATIME_STRICT || !ts_before(&mt, &at) || !ts_before(&ct, &at) ||
+		     now.tv_sec - at.tv_sec >= RR_RELATIME_SECS) &&
+		    (at.tv_sec != now.tv_sec || at.tv_nsec != now.tv_nsec)) {
+			inode_set_time(&in, RR_ATIME, &now);
+			if (!inode_write(rfs, ri->ino, &in))
+				at = now;
+		}
+		if (ts_before(&mt, &at) && ts_before(&ct, &at))
+			quiet = at.tv_sec + RR_RELATIME_SECS;
+		atomic_store(&ri->atime_quiet, quiet);
+	}
+	rr_fs_unlock(rfs);
 }
 
 int inode_has_crtime(const struct ext2_inode_large *in)

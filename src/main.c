@@ -43,6 +43,7 @@ struct cmdline {
 	char *data;		/* -o data=ordered|writeback */
 	char *log;		/* -o log=FILE */
 	int ro;
+	int atime;		/* RR_ATIME_* */
 	int norecovery;
 	int no_writeback;
 	int no_splice;
@@ -59,7 +60,8 @@ struct cmdline {
 	int version;
 };
 
-enum { KEY_RO, KEY_REMOUNT, KEY_NORECOVERY, KEY_HELP, KEY_VERSION, KEY_RRALLOC };
+enum { KEY_RO, KEY_REMOUNT, KEY_NORECOVERY, KEY_HELP, KEY_VERSION, KEY_RRALLOC, KEY_NOATIME, KEY_RELATIME,
+       KEY_STRICTATIME };
 
 /* The largest metadata cache -o cache_mb= takes, MiB. */
 #define CACHE_MB_MAX 65536
@@ -85,6 +87,9 @@ static const struct fuse_opt opt_spec[] = {
 	OPT("nojournal", nojournal, 1),
 	FUSE_OPT_KEY("rralloc", KEY_RRALLOC),	/* the rralloc patch's mount option */
 	FUSE_OPT_KEY("ro", KEY_RO),
+	FUSE_OPT_KEY("noatime", KEY_NOATIME),
+	FUSE_OPT_KEY("relatime", KEY_RELATIME),
+	FUSE_OPT_KEY("strictatime", KEY_STRICTATIME),
 	FUSE_OPT_KEY("remount", KEY_REMOUNT),
 	FUSE_OPT_KEY("norecovery", KEY_NORECOVERY),
 	FUSE_OPT_KEY("noload", KEY_NORECOVERY),
@@ -134,6 +139,19 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 	case KEY_RO:
 		c->ro = 1;
 		return 1;	/* also a mount option for the kernel */
+	/*
+	 * rrfuse keeps atime (FUSE leaves it to the server).  noatime also
+	 * shows on the kernel's mount; libfuse 3.14 knows no other.
+	 */
+	case KEY_NOATIME:
+		c->atime = RR_ATIME_NOATIME;
+		return 1;
+	case KEY_RELATIME:
+		c->atime = RR_ATIME_RELATIME;
+		return 0;
+	case KEY_STRICTATIME:
+		c->atime = RR_ATIME_STRICT;
+		return 0;
 	case KEY_REMOUNT:
 		c->remount = 1;
 		return 0;
@@ -219,6 +237,9 @@ static void usage(const char *prog)
 	       "    -o allocator=NAME      allocation policy: regular (the kernel's, default), rralloc\n"
 	       "                           (round-robin over the device), firstfit (lowest address first)\n"
 	       "    -o rralloc             the same as allocator=rralloc\n"
+	       "    -o relatime, noatime, strictatime\n"
+	       "                           what a read does to the access time, as ext4 (default relatime:\n"
+	       "                           set when not newer than mtime and ctime, or a day old)\n"
 	       "    -o log=FILE            in the background, append messages to FILE (default: syslog)\n"
 	       "    -f                     stay in the foreground: messages to standard error\n"
 	       "    -d                     debug: foreground, print every request\n"
@@ -329,6 +350,7 @@ int main(int argc, char *argv[])
 	opts.alloc = c.alloc;
 	opts.alloc.discard = (unsigned int)c.discard;
 	opts.ro = c.ro;
+	opts.atime = c.atime;
 	opts.norecovery = c.norecovery;
 	opts.writeback = !c.no_writeback;
 	opts.splice = !c.no_splice;

@@ -742,6 +742,17 @@ static void rr_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 /* Reads shorter than this are copied: libfuse splices nothing under two pages. */
 #define RR_SPLICE_MIN (2 * 4096)
 
+/* A READ or READDIR: the access time, as ext4 would set it (inode_accessed). */
+static void accessed(struct rr_fs *rfs, fuse_ino_t fino)
+{
+	struct rr_inode *ri;
+
+	if (rfs->ro || rfs->opts.atime == RR_ATIME_NOATIME || !(ri = node(rfs, fino)))
+		return;
+	inode_accessed(rfs, ri);
+	rr_iunpin(rfs, ri);
+}
+
 static int splice_read(fuse_req_t req, fuse_ino_t fino, size_t size, uint64_t off)
 {
 	struct rr_fs *rfs = rr_fs_of(req);
@@ -790,6 +801,7 @@ static void rr_read(fuse_req_t req, fuse_ino_t fino, size_t size, off_t off, str
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
+	accessed(rfs, fino);
 	if (splice_read(req, fino, size, (uint64_t)off))
 		return;
 	/* Page aligned, so that O_DIRECT reads land in it without a bounce. */
@@ -951,6 +963,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t fino, size_t size, off_t off,
 			return;
 		}
 		dh->loaded = 1;
+		accessed(rfs, fino);
 	}
 	buf = malloc(size);
 	if (!buf) {

@@ -102,6 +102,12 @@ struct rr_inode {
 	 * stored here (0: none).
 	 */
 	atomic_int lost_err;
+	/*
+	 * relatime: a read before this realtime second leaves the access time
+	 * alone (it is newer than mtime and ctime, and not a day old); 0: look.
+	 * Every write of the inode sets it to 0 (inode_write).
+	 */
+	_Atomic int64_t atime_quiet;
 	/* i_flags & RR_FL_GUARD, for the data path; changed under the fs lock. */
 	atomic_uint guard;
 	/*
@@ -137,6 +143,7 @@ struct rr_opts {
 	int check;		/* -o check: verify in-memory state against disk after changes */
 	int journal;		/* commits are jbd2 transactions in the image's journal (-o nojournal: not) */
 	int errors;		/* errors=: EXT2_ERRORS_*, 0 = as the superblock says */
+	int atime;		/* RR_ATIME_RELATIME (default), _NOATIME, _STRICT: what a read does to atime */
 	struct rr_alloc_tunables alloc;	/* allocator tunables (-o max_prealloc_kb=, mb_*=) */
 };
 
@@ -288,6 +295,12 @@ int inode_write(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in);
 void inode_stat(struct rr_fs *rfs, ext2_ino_t ino, const struct ext2_inode_large *in, struct stat *st);
 void inode_set_time(struct ext2_inode_large *in, int which, const struct timespec *ts);
 void inode_get_time(const struct ext2_inode_large *in, int which, struct timespec *ts);
+/* Access-time rules, as the mount options relatime (default), noatime, strictatime. */
+#define RR_ATIME_RELATIME 0
+#define RR_ATIME_NOATIME 1
+#define RR_ATIME_STRICT 2
+/* A read of ri's data or entries: its access time as the kernel's atime rules would set it. */
+void inode_accessed(struct rr_fs *rfs, struct rr_inode *ri);
 /* The inode has room for a birth time (not a 128-byte one). */
 int inode_has_crtime(const struct ext2_inode_large *in);
 void inode_touch(struct ext2_inode_large *in, int which);
