@@ -23,6 +23,9 @@
 #ifndef RENAME_EXCHANGE
 #define RENAME_EXCHANGE (1 << 1)
 #endif
+#ifndef RENAME_WHITEOUT
+#define RENAME_WHITEOUT (1 << 2)
+#endif
 
 static int check_name(const char *name)
 {
@@ -352,6 +355,18 @@ static int lock_for_new_entry(struct rr_fs *rfs, ext2_ino_t dir, const char *nam
 	return ret ? ret : -EEXIST;
 }
 
+/* A new inode that never got an entry: freed like any unlinked one.  Fs lock held. */
+static void inode_drop_unlinked(struct rr_fs *rfs, ext2_ino_t ino)
+{
+	struct ext2_inode_large in;
+
+	if (ino && !inode_load(rfs, ino, &in)) {
+		in.i_links_count = 0;
+		inode_write(rfs, ino, &in);
+		inode_free_locked(rfs, ino);
+	}
+}
+
 /*
  * After a new inode was made (ret: how that went; *ino 0 if none was):
  * its entry in dir and dir's times (subdir: one more link), its reference
@@ -366,12 +381,9 @@ static int link_new_and_unlock(struct rr_fs *rfs, ext2_ino_t dir, const char *na
 		ret = add_entry(rfs, dir, name, ino, ftype);
 	if (!ret)
 		ret = dir_touch(rfs, dir, subdir);
-	if (ret && ino && !inode_load(rfs, ino, in)) {
-		in->i_links_count = 0;
-		inode_write(rfs, ino, in);
-		inode_free_locked(rfs, ino);
-	}
-	if (!ret)
+	if (ret)
+		inode_drop_unlinked(rfs, ino);
+	else
 		ret = entry_ref(rfs, ino, ri, in);
 	rr_fs_unlock(rfs);
 	return ret;
@@ -623,16 +635,33 @@ static int rename_exchange(struct rr_fs *rfs, ext2_ino_t odir, const char *oname
 	return ret;
 }
 
+/*
+ * RENAME_WHITEOUT's whiteout (overlayfs): a character device 0:0 of mode 0,
+ * the caller's, made before the rename changes anything so that running
+ * out of inodes fails it whole, as ext4_whiteout_for_rename.  Fs lock held.
+ */
+static int whiteout_new(struct rr_fs *rfs, ext2_ino_t dir, const char *name, const struct rr_cred *cr,
+			ext2_ino_t *ino)
+{
+	struct ext2_inode_large in;
+	mode_t mode = S_IFCHR;
+	gid_t gid;
+
+	new_owner(rfs, dir, &mode, cr, &gid);
+	return inode_new(rfs, dir, name, mode, cr->uid, gid, 0, ino, &in);
+}
+
 int dir_rename(struct rr_fs *rfs, ext2_ino_t odir, const char *oname, ext2_ino_t ndir,
-	       const char *nname, unsigned int flags)
+	       const char *nname, unsigned int flags, const struct rr_cred *cr)
 {
 	struct ext2_inode_large sin, din;
-	ext2_ino_t src, dst = 0;
+	ext2_ino_t src, dst = 0, wh = 0;
 	int ret, sdir;
 
 	if ((ret = check_name(oname)) || (ret = check_name(nname)))
 		return ret;
-	if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE))
+	if ((flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE | RENAME_WHITEOUT)) ||
+	    ((flags & RENAME_EXCHANGE) && (flags & (RENAME_NOREPLACE | RENAME_WHITEOUT))))
 		return -EINVAL;
 	rr_fs_lock(rfs);
 	ret = find(rfs, odir, oname, &src);
@@ -658,13 +687,15 @@ int dir_rename(struct rr_fs *rfs, ext2_ino_t odir, const char *oname, ext2_ino_t
 		ret = dst ? rename_exchange(rfs, odir, oname, src, &sin, ndir, nname, dst, &din) : -ENOENT;
 		goto out;
 	}
+	if (dst && (flags & RENAME_NOREPLACE)) {
+		ret = -EEXIST;
+		goto out;
+	}
+	if (dst == src)
+		goto out;	/* two links to one inode: POSIX says do nothing */
+	if ((flags & RENAME_WHITEOUT) && (ret = whiteout_new(rfs, odir, oname, cr, &wh)))
+		goto out;
 	if (dst) {
-		if (flags & RENAME_NOREPLACE) {
-			ret = -EEXIST;
-			goto out;
-		}
-		if (dst == src)
-			goto out;	/* two links to one inode: POSIX says do nothing */
 		if (sdir && !LINUX_S_ISDIR(din.i_mode)) {
 			ret = -ENOTDIR;
 			goto out;
@@ -691,7 +722,9 @@ int dir_rename(struct rr_fs *rfs, ext2_ino_t odir, const char *oname, ext2_ino_t
 	}
 	if (ret)
 		goto out;
-	ret = remove_entry(rfs, odir, oname, src);
+	ret = wh ? set_entry(rfs, odir, oname, wh, EXT2_FT_CHRDEV) : remove_entry(rfs, odir, oname, src);
+	if (!ret)
+		wh = 0;		/* linked: kept */
 	if (!ret && sdir && odir != ndir) {
 		ret = set_entry(rfs, src, "..", ndir, -1);
 		if (!ret)
@@ -708,6 +741,7 @@ int dir_rename(struct rr_fs *rfs, ext2_ino_t odir, const char *oname, ext2_ino_t
 		ret = inode_write(rfs, src, &sin);
 	}
 out:
+	inode_drop_unlinked(rfs, wh);
 	rr_fs_unlock(rfs);
 	return ret;
 }

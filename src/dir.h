@@ -38,8 +38,9 @@ int dir_symlink(struct rr_fs *rfs, ext2_ino_t dir, const char *name, const char 
 int dir_link(struct rr_fs *rfs, ext2_ino_t ino, ext2_ino_t dir, const char *name,
 	     struct rr_inode **ri, struct ext2_inode_large *in);
 int dir_unlink(struct rr_fs *rfs, ext2_ino_t dir, const char *name, int isdir);
+/* flags: RENAME_NOREPLACE, RENAME_EXCHANGE, RENAME_WHITEOUT (its whiteout is cr's). */
 int dir_rename(struct rr_fs *rfs, ext2_ino_t odir, const char *oname, ext2_ino_t ndir,
-	       const char *nname, unsigned int flags);
+	       const char *nname, unsigned int flags, const struct rr_cred *cr);
 int dir_list(struct rr_fs *rfs, ext2_ino_t dir, struct rr_dirlist *out);
 int dir_entry_ref(struct rr_fs *rfs, ext2_ino_t dir, const struct rr_dirlist *l,
 		  const struct rr_dirent *d, struct rr_inode **ri, struct ext2_inode_large *in);

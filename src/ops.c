@@ -626,9 +626,13 @@ static void rr_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 static void rr_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
 		      const char *newname, unsigned int flags)
 {
-	if (check_rw(req))
-		fuse_reply_err(req, -dir_rename(rr_fs_of(req), e2ino(parent), name, e2ino(newparent),
-						newname, flags));
+	struct rr_cred cr;
+
+	if (!check_rw(req))
+		return;
+	cred_of(req, &cr);
+	fuse_reply_err(req, -dir_rename(rr_fs_of(req), e2ino(parent), name, e2ino(newparent), newname, flags,
+					&cr));
 }
 
 static int fh_privileged(const struct fuse_file_info *fi)

@@ -1,15 +1,20 @@
-"""rename(2) and renameat2(2) (RENAME_NOREPLACE, RENAME_EXCHANGE)."""
+"""rename(2) and renameat2(2) (RENAME_NOREPLACE, RENAME_EXCHANGE, RENAME_WHITEOUT)."""
 
 import ctypes
 import errno
 import os
+import subprocess
 
 import pytest
 
-from conftest import getdents, libc, pattern, syncfs, wait_for
+import stat
+
+import conftest
+from conftest import getdents, libc, make_image, pattern, run_as, syncfs, wait_for
 
 RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
+RENAME_WHITEOUT = 4
 AT_FDCWD = -100
 
 
@@ -331,3 +336,66 @@ def test_rename_exchange_dirs(fs):
     with pytest.raises(OSError) as ei:
         renameat2(fs.path("b"), fs.path("b", "y"), RENAME_EXCHANGE)
     assert ei.value.errno in (errno.EINVAL, errno.ENOTEMPTY)
+
+
+def _whiteouts(root):
+    """The whiteout steps overlayfs takes; what each left, as (mode, rdev, owner) or errno."""
+    d = os.path.join(root, "w")
+    os.mkdir(d)
+    os.chmod(d, 0o777)
+    put(os.path.join(d, "a"), b"a")
+    put(os.path.join(d, "b"), b"b")
+    os.mkdir(os.path.join(d, "sub"))
+    out = {}
+    renameat2(os.path.join(d, "a"), os.path.join(d, "a2"), RENAME_WHITEOUT)
+    renameat2(os.path.join(d, "b"), os.path.join(d, "a2"), RENAME_WHITEOUT)	# over a file
+    renameat2(os.path.join(d, "sub"), os.path.join(d, "sub2"), RENAME_WHITEOUT)
+    for n in ("a", "b", "sub"):
+        st = os.lstat(os.path.join(d, n))
+        out[n] = (oct(st.st_mode), st.st_rdev, st.st_uid, st.st_nlink)
+    out["a2"] = get(os.path.join(d, "a2"))
+    out["exchange"] = errno_of(renameat2, os.path.join(d, "a2"), os.path.join(d, "sub2"),
+                               RENAME_WHITEOUT | RENAME_EXCHANGE)
+    put(os.path.join(d, "mine"), b"m")
+    os.chmod(os.path.join(d, "mine"), 0o666)
+    out["user"] = run_as(65534, 65534, lambda: errno_of(renameat2, os.path.join(d, "mine"),
+                                                          os.path.join(d, "mine2"), RENAME_WHITEOUT))
+    out["names"] = sorted(os.listdir(d))
+    return out
+
+
+@pytest.mark.opts("allow_other")
+def test_rename_whiteout_as_the_kernel(fs):
+    """RENAME_WHITEOUT (overlayfs) leaves a character device 0:0 of mode 0
+    where the source was, over a file or not, for a directory too; refused
+    with RENAME_EXCHANGE; allowed to any user (Linux 5.8 on); the same as the
+    kernel's ext4 on a loop device."""
+    got = _whiteouts(fs.mnt)
+    assert got["a"][:2] == (oct(stat.S_IFCHR), 0), got
+    assert got["a2"] == b"b" and got["exchange"] == errno.EINVAL, got
+    if conftest.loop_works():
+        image = make_image(size="32M")
+        kmnt = os.path.join(os.path.dirname(image), "kmnt")
+        os.mkdir(kmnt)
+        subprocess.run(["mount", "-o", "loop", image, kmnt], check=True)
+        try:
+            want = _whiteouts(kmnt)
+        finally:
+            subprocess.run(["umount", kmnt], check=True)
+        assert got == want
+
+
+@pytest.mark.image(size="32M", mkfs_args=["-N", "64"])
+def test_rename_whiteout_without_inodes_changes_nothing(fs):
+    """No inode left for the whiteout: ENOSPC, and the rename did not happen."""
+    put(fs.path("src"), b"s")
+    n = 0
+    while True:
+        try:
+            open(fs.path("fill%d" % n), "w").close()
+        except OSError as e:
+            assert e.errno == errno.ENOSPC
+            break
+        n += 1
+    assert errno_of(renameat2, fs.path("src"), fs.path("dst"), RENAME_WHITEOUT) == errno.ENOSPC
+    assert get(fs.path("src")) == b"s" and not os.path.exists(fs.path("dst"))
