@@ -253,13 +253,194 @@ static void usage(const char *prog)
 	fuse_lowlevel_help();
 }
 
+/* The mount point exists and is a directory: 0, or -1 after saying why. */
+static int check_mountpoint(const char *mnt)
+{
+	struct stat st;
+
+	if (stat(mnt, &st)) {
+		fprintf(stderr, "rrfuse: mount point %s: %s\n", mnt, strerror(errno));
+		return -1;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "rrfuse: mount point %s: not a directory\n", mnt);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * The option values rrfuse checks itself, into opts: 0, or -1 after a
+ * message naming the bad one (before the image is opened: nothing is
+ * written).
+ */
+static int options_to_opts(const struct cmdline *c, const struct fuse_cmdline_opts *fo, struct rr_opts *opts)
+{
+	if (c->commit && (rr_parse_u32(c->commit, &opts->commit_secs) || opts->commit_secs > 86400)) {
+		fprintf(stderr, "rrfuse: bad value for commit=: '%s' (seconds, 0..86400: decimal, 0x hex, 0 octal)\n",
+			c->commit);
+		return -1;
+	}
+	if (c->cache_mb) {
+		unsigned int mb;
+
+		if (rr_parse_u32(c->cache_mb, &mb) || mb > CACHE_MB_MAX) {
+			fprintf(stderr, "rrfuse: bad value for cache_mb=: '%s' (MiB, 0..%u)\n", c->cache_mb,
+				CACHE_MB_MAX);
+			return -1;
+		}
+		io_cache_set_mb(mb);
+	}
+	/*
+	 * The data path writes file data to the device before the commit that
+	 * maps it starts, and the commit's first flush makes both durable
+	 * (src/journal/writer.h, rule 1): ordered's promise at writeback's
+	 * cost, so writeback is accepted and keeps it.  Journaling file data
+	 * would double every write: not done.
+	 */
+	if (c->data && strcmp(c->data, "ordered") && strcmp(c->data, "writeback")) {
+		if (!strcmp(c->data, "journal"))
+			fprintf(stderr, "rrfuse: data=journal is not supported: file data is not journaled "
+				"(data=ordered, the default, keeps it ahead of the metadata that maps it)\n");
+		else
+			fprintf(stderr, "rrfuse: bad value for data=: '%s' (ordered or writeback)\n", c->data);
+		return -1;
+	}
+	if (c->errors && (opts->errors = rr_errors_parse(c->errors)) < 0) {
+		fprintf(stderr, "rrfuse: bad value for errors=: '%s' (continue, remount-ro or panic)\n",
+			c->errors);
+		return -1;
+	}
+	if (c->alloc_err[0]) {
+		fprintf(stderr, "rrfuse: %s\n", c->alloc_err);
+		return -1;
+	}
+	opts->alloc = c->alloc;
+	opts->alloc.discard = (unsigned int)c->discard;
+	opts->ro = c->ro;
+	opts->atime = c->atime;
+	opts->norecovery = c->norecovery;
+	opts->writeback = !c->no_writeback;
+	opts->splice = !c->no_splice;
+	opts->delalloc = c->delalloc;
+	opts->direct = c->direct;
+	opts->check = c->check;
+	opts->journal = !c->nojournal;
+	opts->debug = fo->debug;
+	opts->single = fo->singlethread;
+	return 0;
+}
+
+/* What the kernel's mount gets from rrfuse: permissions checked by the kernel, the image's name, fuseblk. */
+static void add_mount_args(struct fuse_args *args, const char *device, int blkdev, unsigned int bsize)
+{
+	char arg[2 * PATH_MAX + 64], real[PATH_MAX];
+
+	/* The kernel checks permissions, as for any local filesystem. */
+	fuse_opt_add_arg(args, "-odefault_permissions");
+	/* The full path: rrfuse -u finds the image to wait for in mountinfo's source. */
+	snprintf(arg, sizeof(arg), "-ofsname=%s,subtype=rrfuse", realpath(device, real) ? real : device);
+	fuse_opt_add_arg(args, arg);
+	if (blkdev) {
+		snprintf(arg, sizeof(arg), "-oblkdev,blksize=%u", bsize);
+		fuse_opt_add_arg(args, arg);
+	}
+}
+
+/* Serve requests until unmount or a signal: libfuse's session loop, threaded unless -s. */
+static int serve(struct fuse_session *se, const struct fuse_cmdline_opts *fo)
+{
+	struct fuse_loop_config *cfg;
+	int r;
+
+	if (fo->singlethread)
+		return fuse_session_loop(se);
+	cfg = fuse_loop_cfg_create();
+	fuse_loop_cfg_set_clone_fd(cfg, fo->clone_fd);
+	fuse_loop_cfg_set_max_threads(cfg, fo->max_threads && fo->max_threads <= 1024 ? fo->max_threads : 16);
+	/* fuse_parse_cmdline leaves UINT_MAX for "not given". */
+	fuse_loop_cfg_set_idle_threads(cfg, fo->max_idle_threads && fo->max_idle_threads != UINT_MAX ?
+					     fo->max_idle_threads : 10);
+	r = fuse_session_loop_mt(se, cfg);
+	fuse_loop_cfg_destroy(cfg);
+	return r;
+}
+
+/*
+ * Mount rfs on fo->mountpoint, detach (unless -f), serve until unmount or a
+ * signal, and unmount: the exit status.  rfs is closed by the caller.
+ */
+static int mount_and_serve(struct rr_fs *rfs, struct fuse_args *args, const struct cmdline *c,
+			   const struct fuse_cmdline_opts *fo, int blkdev)
+{
+	struct fuse_session *se;
+	int ret = 1, r;
+
+	add_mount_args(args, c->device, blkdev, rfs->bsize);
+	se = fuse_session_new(args, &rr_ops, sizeof(rr_ops), rfs);
+	if (!se)
+		return 1;	/* libfuse printed which option it refused */
+	rfs->se = se;
+	if (fuse_set_signal_handlers(se))
+		goto out_se;
+	if (fuse_session_mount(se, fo->mountpoint))
+		goto out_sig;
+	r = chan_attach(se, rfs);
+	if (r) {
+		fprintf(stderr, "rrfuse: cannot attach to the FUSE channel: %s\n", strerror(-r));
+		goto out_unmount;
+	}
+	if (!blkdev) {
+		char real[PATH_MAX], src[PATH_MAX];
+
+		if (realpath(fo->mountpoint, real) && realpath(c->device, src) && (rfs->utab = strdup(real)))
+			rr_utab_add(src, real);
+	}
+	r = rr_fs_mark_mounted(rfs);
+	if (r) {
+		fprintf(stderr, "rrfuse: %s: cannot write the superblock: %s\n", c->device, strerror(-r));
+		goto out_unmount;
+	}
+	if (fuse_daemonize(fo->foreground))
+		goto out_unmount;
+	rr_log_detached();
+	rr_crash_handlers();
+	rr_fs_start_commit_thread(rfs);
+	r = serve(se, fo);
+	/* Every way out says why: an unmount, a signal (SIGTERM, SIGINT, SIGHUP), or an error. */
+	if (r)
+		rr_log(LOG_ERR, "the FUSE session ended with an error (%s): unmounting",
+		       strerror(r < 0 ? -r : r));
+	else
+		rr_log(LOG_INFO, "%s: unmounted, writing the image out", c->device);
+	ret = r ? 1 : 0;
+out_unmount:
+	fuse_session_unmount(se);
+out_sig:
+	fuse_remove_signal_handlers(se);
+out_se:
+	fuse_session_destroy(se);
+	return ret;
+}
+
+static void cmdline_free(struct cmdline *c)
+{
+	free(c->device);
+	free(c->mountpoint);
+	free(c->commit);
+	free(c->cache_mb);
+	free(c->errors);
+	free(c->trace);
+	free(c->data);
+	free(c->log);
+}
+
 int main(int argc, char *argv[])
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct fuse_cmdline_opts fo = { 0 };
 	struct cmdline c = { .direct = -1, .delalloc = 1 };
 	struct rr_opts opts = { .commit_secs = 5, .writeback = 1 };
-	struct fuse_session *se = NULL;
 	struct rr_fs *rfs = NULL;
 	struct stat st;
 	char msg[512] = "";
@@ -289,14 +470,8 @@ int main(int argc, char *argv[])
 		fprintf(stderr, "rrfuse: usage: rrfuse IMAGE|DEVICE MOUNTPOINT [-o options] (see --help)\n");
 		goto out;
 	}
-	if (stat(c.mountpoint, &st)) {
-		fprintf(stderr, "rrfuse: mount point %s: %s\n", c.mountpoint, strerror(errno));
+	if (check_mountpoint(c.mountpoint))
 		goto out;
-	}
-	if (!S_ISDIR(st.st_mode)) {
-		fprintf(stderr, "rrfuse: mount point %s: not a directory\n", c.mountpoint);
-		goto out;
-	}
 	if (c.remount) {
 		ret = rr_client_remount(c.mountpoint, c.ro);
 		goto out;
@@ -308,59 +483,8 @@ int main(int argc, char *argv[])
 		fprintf(stderr, "rrfuse: log=%s: %s\n", c.log, strerror(-r));
 		goto out;
 	}
-	if (c.commit && (rr_parse_u32(c.commit, &opts.commit_secs) || opts.commit_secs > 86400)) {
-		fprintf(stderr, "rrfuse: bad value for commit=: '%s' (seconds, 0..86400: decimal, 0x hex, 0 octal)\n",
-			c.commit);
+	if (options_to_opts(&c, &fo, &opts))
 		goto out;
-	}
-	if (c.cache_mb) {
-		unsigned int mb;
-
-		if (rr_parse_u32(c.cache_mb, &mb) || mb > CACHE_MB_MAX) {
-			fprintf(stderr, "rrfuse: bad value for cache_mb=: '%s' (MiB, 0..%u)\n", c.cache_mb,
-				CACHE_MB_MAX);
-			goto out;
-		}
-		io_cache_set_mb(mb);
-	}
-	/*
-	 * The data path writes file data to the device before the commit that
-	 * maps it starts, and the commit's first flush makes both durable
-	 * (src/journal/writer.h, rule 1): ordered's promise at writeback's
-	 * cost, so writeback is accepted and keeps it.  Journaling file data
-	 * would double every write: not done.
-	 */
-	if (c.data && strcmp(c.data, "ordered") && strcmp(c.data, "writeback")) {
-		if (!strcmp(c.data, "journal"))
-			fprintf(stderr, "rrfuse: data=journal is not supported: file data is not journaled "
-				"(data=ordered, the default, keeps it ahead of the metadata that maps it)\n");
-		else
-			fprintf(stderr, "rrfuse: bad value for data=: '%s' (ordered or writeback)\n", c.data);
-		goto out;
-	}
-	if (c.errors && (opts.errors = rr_errors_parse(c.errors)) < 0) {
-		fprintf(stderr, "rrfuse: bad value for errors=: '%s' (continue, remount-ro or panic)\n",
-			c.errors);
-		goto out;
-	}
-	if (c.alloc_err[0]) {
-		fprintf(stderr, "rrfuse: %s\n", c.alloc_err);
-		goto out;
-	}
-	opts.alloc = c.alloc;
-	opts.alloc.discard = (unsigned int)c.discard;
-	opts.ro = c.ro;
-	opts.atime = c.atime;
-	opts.norecovery = c.norecovery;
-	opts.writeback = !c.no_writeback;
-	opts.splice = !c.no_splice;
-	opts.delalloc = c.delalloc;
-	opts.direct = c.direct;
-	opts.check = c.check;
-	opts.journal = !c.nojournal;
-	opts.debug = fo.debug;
-	opts.single = fo.singlethread;
-
 	if (c.trace) {
 		char real[PATH_MAX];
 
@@ -393,75 +517,7 @@ int main(int argc, char *argv[])
 		fprintf(stderr, "rrfuse: cannot read the root directory\n");
 		goto out_fs;
 	}
-	/* The kernel checks permissions, as for any local filesystem. */
-	fuse_opt_add_arg(&args, "-odefault_permissions");
-	{
-		char fsname[2 * PATH_MAX + 64], real[PATH_MAX];
-
-		/* The full path: rrfuse -u finds the image to wait for in mountinfo's source. */
-		snprintf(fsname, sizeof(fsname), "-ofsname=%s,subtype=rrfuse",
-			 realpath(c.device, real) ? real : c.device);
-		fuse_opt_add_arg(&args, fsname);
-		if (blkdev) {
-			snprintf(fsname, sizeof(fsname), "-oblkdev,blksize=%u", rfs->bsize);
-			fuse_opt_add_arg(&args, fsname);
-		}
-	}
-	se = fuse_session_new(&args, &rr_ops, sizeof(rr_ops), rfs);
-	if (!se)
-		goto out_fs;	/* libfuse printed which option it refused */
-	rfs->se = se;
-	if (fuse_set_signal_handlers(se))
-		goto out_se;
-	if (fuse_session_mount(se, fo.mountpoint))
-		goto out_sig;
-	r = chan_attach(se, rfs);
-	if (r) {
-		fprintf(stderr, "rrfuse: cannot attach to the FUSE channel: %s\n", strerror(-r));
-		goto out_unmount;
-	}
-	if (!blkdev) {
-		char real[PATH_MAX], src[PATH_MAX];
-
-		if (realpath(fo.mountpoint, real) && realpath(c.device, src) && (rfs->utab = strdup(real)))
-			rr_utab_add(src, real);
-	}
-	r = rr_fs_mark_mounted(rfs);
-	if (r) {
-		fprintf(stderr, "rrfuse: %s: cannot write the superblock: %s\n", c.device, strerror(-r));
-		goto out_unmount;
-	}
-	if (fuse_daemonize(fo.foreground))
-		goto out_unmount;
-	rr_log_detached();
-	rr_crash_handlers();
-	rr_fs_start_commit_thread(rfs);
-	if (fo.singlethread) {
-		r = fuse_session_loop(se);
-	} else {
-		struct fuse_loop_config *cfg = fuse_loop_cfg_create();
-
-		fuse_loop_cfg_set_clone_fd(cfg, fo.clone_fd);
-		fuse_loop_cfg_set_max_threads(cfg, fo.max_threads && fo.max_threads <= 1024 ? fo.max_threads : 16);
-		/* fuse_parse_cmdline leaves UINT_MAX for "not given". */
-		fuse_loop_cfg_set_idle_threads(cfg, fo.max_idle_threads && fo.max_idle_threads != UINT_MAX ?
-						    fo.max_idle_threads : 10);
-		r = fuse_session_loop_mt(se, cfg);
-		fuse_loop_cfg_destroy(cfg);
-	}
-	/* Every way out says why: an unmount, a signal (SIGTERM, SIGINT, SIGHUP), or an error. */
-	if (r)
-		rr_log(LOG_ERR, "the FUSE session ended with an error (%s): unmounting",
-		       strerror(r < 0 ? -r : r));
-	else
-		rr_log(LOG_INFO, "%s: unmounted, writing the image out", c.device);
-	ret = r ? 1 : 0;
-out_unmount:
-	fuse_session_unmount(se);
-out_sig:
-	fuse_remove_signal_handlers(se);
-out_se:
-	fuse_session_destroy(se);
+	ret = mount_and_serve(rfs, &args, &c, &fo, blkdev);
 out_fs:
 	/* Normally done at DESTROY (rr_destroy); here when the session never got that far. */
 	if (!rfs->closed && rfs->utab)
@@ -479,14 +535,7 @@ out:
 		rr_log(LOG_ERR, "trace=%s: %s", c.trace, strerror(-r));
 		ret = 1;
 	}
-	free(c.device);
-	free(c.mountpoint);
-	free(c.commit);
-	free(c.cache_mb);
-	free(c.errors);
-	free(c.trace);
-	free(c.data);
-	free(c.log);
+	cmdline_free(&c);
 	free(fo.mountpoint);
 	fuse_opt_free_args(&args);
 	return ret;
