@@ -80,6 +80,98 @@ static int fill_leaf(ext2_filsys fs, char *buf, struct hent *v, size_t n)
 	return 0;
 }
 
+/*
+ * The entries of a directory's only block, hashed into v (at most cap),
+ * "." and ".." left out (*dotdot: the parent); 0, -EIO on a damaged block
+ * or a full v.
+ */
+static int collect_entries(ext2_filsys fs, ext2_ino_t dir, char *block, int hv, struct hent *v, size_t cap,
+			   size_t *n, ext2_ino_t *dotdot)
+{
+	struct ext2_dir_entry *de;
+	unsigned int off, rec;
+	int nlen, ret;
+
+	for (off = 0; off < leaf_space(fs); off += rec) {
+		de = (struct ext2_dir_entry *)(block + off);
+		if (ext2fs_get_rec_len(fs, de, &rec) || rec < 8 || off + rec > fs->blocksize)
+			return -EIO;
+		nlen = ext2fs_dirent_name_len(de);
+		if (!de->inode)
+			continue;
+		if (off == 0 || (nlen == 2 && de->name[0] == '.' && de->name[1] == '.')) {
+			if (off)
+				*dotdot = de->inode;
+			continue;
+		}
+		if (*n == cap)
+			return -EIO;
+		v[*n].de = de;
+		ret = rr_err_ino(htree_name_hash(fs, hv, de->name, (size_t)nlen, &v[*n].hash, &v[*n].minor), dir);
+		if (ret)
+			return ret;
+		(*n)++;
+	}
+	return 0;
+}
+
+/* A new index root: ".", ".." covering the block, then two leaves (1, 2) split at hash split. */
+static void fill_root(ext2_filsys fs, char *root, ext2_ino_t dir, ext2_ino_t dotdot, __u32 split)
+{
+	unsigned int csum = ext2fs_has_feature_metadata_csum(fs->super) ? sizeof(struct ext2_dx_tail) : 0;
+	struct ext2_dir_entry *de;
+	struct ext2_dx_root_info *info;
+	struct ext2_dx_countlimit *cl;
+	struct ext2_dx_entry *ent;
+
+	memset(root, 0, fs->blocksize);
+	de = (struct ext2_dir_entry *)root;
+	de->inode = dir;
+	ext2fs_dirent_set_name_len(de, 1);
+	ext2fs_dirent_set_file_type(de, EXT2_FT_DIR);
+	de->name[0] = '.';
+	ext2fs_set_rec_len(fs, 12, de);
+	de = (struct ext2_dir_entry *)(root + 12);
+	de->inode = dotdot;
+	ext2fs_dirent_set_name_len(de, 2);
+	ext2fs_dirent_set_file_type(de, EXT2_FT_DIR);
+	de->name[0] = de->name[1] = '.';
+	ext2fs_set_rec_len(fs, fs->blocksize - 12, de);
+	info = (struct ext2_dx_root_info *)(root + 24);
+	info->hash_version = (__u8)fs->super->s_def_hash_version;
+	info->info_length = sizeof(*info);
+	cl = (struct ext2_dx_countlimit *)(root + 24 + sizeof(*info));
+	cl->limit = ext2fs_cpu_to_le16((fs->blocksize - (24 + sizeof(*info)) - csum) /
+				       sizeof(struct ext2_dx_entry));
+	cl->count = ext2fs_cpu_to_le16(2);
+	ent = (struct ext2_dx_entry *)cl;
+	ent[0].block = ext2fs_cpu_to_le32(1);
+	ent[1].hash = ext2fs_cpu_to_le32(split);
+	ent[1].block = ext2fs_cpu_to_le32(2);
+}
+
+/*
+ * Where n entries sorted by hash split into two leaves (*mid: the second's
+ * first), and the hash the index names for it: where the hash changes, so
+ * each hash lives in one leaf, else marked continued.
+ */
+static __u32 split_at(const struct hent *v, size_t n, size_t *mid)
+{
+	size_t m;
+	__u32 split;
+
+	for (m = n / 2; m < n && v[m].hash == v[m - 1].hash; m++)
+		;
+	if (m == n)
+		for (m = n / 2; m > 1 && v[m].hash == v[m - 1].hash; m--)
+			;
+	split = v[m].hash & ~1u;
+	if (m > 0 && v[m].hash == v[m - 1].hash)
+		split |= 1;	/* continued: a lookup must look at both leaves */
+	*mid = m;
+	return split;
+}
+
 int htree_index_dir(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t ino, int ftype)
 {
 	union {
@@ -88,10 +180,6 @@ int htree_index_dir(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_in
 	} newde;
 	ext2_filsys fs = rfs->fs;
 	struct ext2_inode_large in;
-	struct ext2_dir_entry *de;
-	struct ext2_dx_root_info *info;
-	struct ext2_dx_countlimit *cl;
-	struct ext2_dx_entry *ent;
 	struct rr_alloc_req req = { .ino = dir, .len = 1, .flags = RR_ALLOC_METADATA };
 	struct rr_extent ex1 = { 0 }, ex2 = { 0 };
 	struct hent *v = NULL;
@@ -99,8 +187,6 @@ int htree_index_dir(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_in
 	ext2_ino_t dotdot = 0;
 	blk64_t pblk0;
 	size_t n = 0, cap, mid;
-	unsigned int off, rec, csum = ext2fs_has_feature_metadata_csum(fs->super) ?
-				     sizeof(struct ext2_dx_tail) : 0;
 	__u32 split;
 	int hv, ret;
 
@@ -127,32 +213,9 @@ int htree_index_dir(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_in
 	hv = fs->super->s_def_hash_version;
 	if (hv <= EXT2_HASH_TEA && (fs->super->s_flags & EXT2_FLAGS_UNSIGNED_HASH))
 		hv += 3;
-	for (off = 0; off < leaf_space(fs); off += rec) {
-		int nlen;
-
-		de = (struct ext2_dir_entry *)(root + off);
-		if (ext2fs_get_rec_len(fs, de, &rec) || rec < 8 || off + rec > fs->blocksize) {
-			ret = -EIO;
-			goto out;
-		}
-		nlen = ext2fs_dirent_name_len(de);
-		if (!de->inode)
-			continue;
-		if (off == 0 || (nlen == 2 && de->name[0] == '.' && de->name[1] == '.')) {
-			if (off)
-				dotdot = de->inode;
-			continue;
-		}
-		if (n == cap) {
-			ret = -EIO;
-			goto out;
-		}
-		v[n].de = de;
-		ret = rr_err_ino(htree_name_hash(fs, hv, de->name, (size_t)nlen, &v[n].hash, &v[n].minor), dir);
-		if (ret)
-			goto out;
-		n++;
-	}
+	ret = collect_entries(fs, dir, root, hv, v, cap, &n, &dotdot);
+	if (ret)
+		goto out;
 	if (!dotdot || n < 2 || n == cap) {
 		ret = -EIO;
 		goto out;
@@ -169,15 +232,7 @@ int htree_index_dir(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_in
 		goto out;
 	n++;
 	qsort(v, n, sizeof(*v), hent_cmp);
-	/* Split where the hash changes, so each hash lives in one leaf. */
-	for (mid = n / 2; mid < n && v[mid].hash == v[mid - 1].hash; mid++)
-		;
-	if (mid == n)
-		for (mid = n / 2; mid > 1 && v[mid].hash == v[mid - 1].hash; mid--)
-			;
-	split = v[mid].hash & ~1u;
-	if (mid > 0 && v[mid].hash == v[mid - 1].hash)
-		split |= 1;	/* continued: a lookup must look at both leaves */
+	split = split_at(v, n, &mid);
 
 	req.goal = pblk0 + 1;
 	ret = rr_alloc_blocks(rfs->alloc, &req, &ex1);
@@ -199,31 +254,7 @@ int htree_index_dir(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_in
 	if (ret)
 		goto out;
 
-	/* The root: ".", ".." covering the block, then the index. */
-	memset(root, 0, fs->blocksize);
-	de = (struct ext2_dir_entry *)root;
-	de->inode = dir;
-	ext2fs_dirent_set_name_len(de, 1);
-	ext2fs_dirent_set_file_type(de, EXT2_FT_DIR);
-	de->name[0] = '.';
-	ext2fs_set_rec_len(fs, 12, de);
-	de = (struct ext2_dir_entry *)(root + 12);
-	de->inode = dotdot;
-	ext2fs_dirent_set_name_len(de, 2);
-	ext2fs_dirent_set_file_type(de, EXT2_FT_DIR);
-	de->name[0] = de->name[1] = '.';
-	ext2fs_set_rec_len(fs, fs->blocksize - 12, de);
-	info = (struct ext2_dx_root_info *)(root + 24);
-	info->hash_version = (__u8)fs->super->s_def_hash_version;
-	info->info_length = sizeof(*info);
-	cl = (struct ext2_dx_countlimit *)(root + 24 + sizeof(*info));
-	cl->limit = ext2fs_cpu_to_le16((fs->blocksize - (24 + sizeof(*info)) - csum) /
-				       sizeof(struct ext2_dx_entry));
-	cl->count = ext2fs_cpu_to_le16(2);
-	ent = (struct ext2_dx_entry *)cl;
-	ent[0].block = ext2fs_cpu_to_le32(1);
-	ent[1].hash = ext2fs_cpu_to_le32(split);
-	ent[1].block = ext2fs_cpu_to_le32(2);
+	fill_root(fs, root, dir, dotdot, split);
 	ret = rr_err_ino(ext2fs_write_dir_block4(fs, pblk0, root, 0, dir), dir);
 	if (ret)
 		goto out;
