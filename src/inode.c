@@ -60,7 +60,7 @@ static void itab_grow(struct rr_itab *t)
 
 static struct rr_inode *itab_find_locked(struct rr_itab *t, ext2_ino_t ino)
 {
-	struct rr_inode *ri = t->hash[ihash(t, ino)];
+	struct rr_inode *ri = t->hash ? t->hash[ihash(t, ino)] : NULL;	/* none before rr_itab_init */
 
 	while (ri && ri->ino != ino)
 		ri = ri->hnext;

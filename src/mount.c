@@ -219,24 +219,18 @@ static int mount_goes_away(const struct rr_mnt *m)
 	return rr_mnt_still_mounted(m) == 0;
 }
 
-int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts,
-	       const struct rr_data_hooks *hooks, char *msg, size_t msglen)
+/*
+ * Open the image and check it as the kernel would before mounting: not
+ * mounted elsewhere, features and geometry, the journal replayed if it
+ * needs recovery (checked again after).  *ro is set when the device is
+ * write-protected (*devro).  0 with *fsp open, or -errno with msg.
+ */
+static int open_checked(const char *device, int norecovery, int *ro, int *devro, int *unreplayed,
+			ext2_filsys *fsp, char *msg, size_t msglen)
 {
-	ext2_filsys fs = NULL;
-	const char *unwritable;
 	struct rr_mnt mnt;
-	char why[64];
 	errcode_t err;
-	int ret, ro = opts->ro, devro, unreplayed = 0;
-
-	memset(rfs, 0, sizeof(*rfs));
-	rfs->hooks = hooks;
-	rfs->opts = *opts;
-	rfs->device = device;
-	pthread_mutex_init(&rfs->lock, NULL);
-	pthread_mutex_init(&rfs->commit_lock, NULL);
-	pthread_cond_init(&rfs->commit_cond, NULL);
-	pthread_mutex_init(&rfs->delayed.lock, NULL);
+	int ret;
 
 	/* Mounted already, and staying: say where. */
 	if (!rr_mnt_of(device, &mnt) && !mount_goes_away(&mnt)) {
@@ -244,11 +238,11 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 			 device, mnt.target, mnt.fstype);
 		return -EBUSY;
 	}
-	err = open_image(device, !ro, &devro, &fs);
-	if (devro) {
+	err = open_image(device, !*ro, devro, fsp);
+	if (*devro) {
 		/* A read-only image file or device: like the kernel, fall back to ro. */
 		rr_log(LOG_WARNING, "%s is write-protected: mounting read-only", device);
-		ro = 1;
+		*ro = 1;
 	}
 	if (err) {
 		if (err == EBUSY)
@@ -259,33 +253,57 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 			snprintf(msg, msglen, "%s: %s", device, error_message(err));
 		return -EINVAL;
 	}
-	ret = check_features(fs, msg, msglen);
+	ret = check_features(*fsp, msg, msglen);
 	if (!ret)
-		ret = check_geometry(fs, device, msg, msglen);
+		ret = check_geometry(*fsp, device, msg, msglen);
 	/* As the kernel: the superblock and descriptors are checked before the journal is loaded, and after. */
-	if (!ret && ext2fs_has_feature_journal_needs_recovery(fs->super)) {
-		ret = recover_journal(device, ro, devro, opts->norecovery, &fs, &unreplayed, msg, msglen);
-		if (!ret && !unreplayed)
-			ret = check_features(fs, msg, msglen);
-		if (!ret && !unreplayed)
-			ret = check_geometry(fs, device, msg, msglen);
-		if (!ret && !unreplayed && ext2fs_has_feature_journal_needs_recovery(fs->super)) {
+	if (!ret && ext2fs_has_feature_journal_needs_recovery((*fsp)->super)) {
+		ret = recover_journal(device, *ro, *devro, norecovery, fsp, unreplayed, msg, msglen);
+		if (!ret && !*unreplayed)
+			ret = check_features(*fsp, msg, msglen);
+		if (!ret && !*unreplayed)
+			ret = check_geometry(*fsp, device, msg, msglen);
+		if (!ret && !*unreplayed && ext2fs_has_feature_journal_needs_recovery((*fsp)->super)) {
 			snprintf(msg, msglen, "%s: the journal still needs recovery after the replay", device);
 			ret = -EIO;
 		}
 	}
 	if (ret) {
-		if (fs) {
-			fs->flags &= ~(EXT2_FLAG_DIRTY | EXT2_FLAG_BB_DIRTY | EXT2_FLAG_IB_DIRTY);
-			ext2fs_close_free(&fs);
+		if (*fsp) {
+			(*fsp)->flags &= ~(EXT2_FLAG_DIRTY | EXT2_FLAG_BB_DIRTY | EXT2_FLAG_IB_DIRTY);
+			ext2fs_close_free(fsp);
 		}
 		return ret;
 	}
-	if (fs->blocksize > 65536 || EXT2FS_CLUSTER_RATIO(fs) != 1) {
+	if ((*fsp)->blocksize > 65536 || EXT2FS_CLUSTER_RATIO(*fsp) != 1) {
 		snprintf(msg, msglen, "unsupported block/cluster size");
-		ext2fs_close_free(&fs);
+		ext2fs_close_free(fsp);
 		return -EOPNOTSUPP;
 	}
+	return 0;
+}
+
+int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts,
+	       const struct rr_data_hooks *hooks, char *msg, size_t msglen)
+{
+	ext2_filsys fs = NULL;
+	const char *unwritable;
+	char why[64];
+	errcode_t err;
+	int ret, ro = opts->ro, devro = 0, unreplayed = 0;
+
+	memset(rfs, 0, sizeof(*rfs));
+	rfs->hooks = hooks;
+	rfs->opts = *opts;
+	rfs->device = device;
+	pthread_mutex_init(&rfs->lock, NULL);
+	pthread_mutex_init(&rfs->commit_lock, NULL);
+	pthread_cond_init(&rfs->commit_cond, NULL);
+	pthread_mutex_init(&rfs->delayed.lock, NULL);
+
+	ret = open_checked(device, opts->norecovery, &ro, &devro, &unreplayed, &fs, msg, msglen);
+	if (ret)
+		return ret;
 	unwritable = check_unwritable(fs, why, sizeof(why));
 	if (devro && orphans_pending(fs))
 		rr_log(LOG_WARNING, "write access unavailable, skipping orphan cleanup");
