@@ -101,11 +101,8 @@ static errcode_t commit_prepare(struct rr_fs *rfs)
 	/* Blocks freed until now are free again once this commit is on disk. */
 	if (rfs->alloc)
 		rr_alloc_commit_begin(rfs->alloc);
-	if (fs->flags & (EXT2_FLAG_DIRTY | EXT2_FLAG_BB_DIRTY | EXT2_FLAG_IB_DIRTY) || rfs->dirty) {
+	if (fs->flags & (EXT2_FLAG_DIRTY | EXT2_FLAG_BB_DIRTY | EXT2_FLAG_IB_DIRTY))
 		err = rr_fs_flush(rfs, EXT2_FLAG_FLUSH_NO_SYNC);
-		if (!err)
-			rfs->dirty = 0;
-	}
 	/* What this commit frees is written nowhere, nor logged (io_cache_forget). */
 	if (rfs->alloc)
 		rr_alloc_committing_each(rfs->alloc, forget_freed, rfs);
@@ -142,11 +139,11 @@ int rr_fs_commit(struct rr_fs *rfs, int sync)
 	if (rfs->jw) {
 		/* Journaled, always a transaction: a later flush outside the lock could catch an operation halfway. */
 		ret = rr_fs_commit_locked(rfs, 1);
-		rr_fs_unlock_nocommit(rfs);
+		rr_fs_unlock(rfs);
 		return ret;
 	}
 	ret = rr_fs_commit_locked(rfs, sync);
-	rr_fs_unlock(rfs);
+	rr_fs_end_op(rfs);
 	if (ret)
 		return ret;
 	if (sync) {
@@ -156,7 +153,7 @@ int rr_fs_commit(struct rr_fs *rfs, int sync)
 		if (rfs->alloc) {
 			rr_fs_lock(rfs);
 			rr_alloc_commit_end(rfs->alloc);
-			rr_fs_unlock(rfs);
+			rr_fs_end_op(rfs);
 		}
 	}
 	return 0;
@@ -238,7 +235,7 @@ int rr_fs_remount(struct rr_fs *rfs, int ro, char *err, size_t errlen)
 	ret = rr_err(rr_fs_flush(rfs, EXT2_FLAG_FLUSH_NO_SYNC));
 	if (!ret)
 		rfs->mounted = 0;	/* clean: nothing more to write until rw */
-	rr_fs_unlock(rfs);
+	rr_fs_end_op(rfs);
 	if (!ret)
 		ret = rr_err(io_channel_flush(rfs->fs->io));
 	if (!ret)

@@ -97,7 +97,7 @@ static int ctl_tunable(struct rr_fs *rfs, unsigned int cmd, uid_t uid, struct rr
 		snprintf(t->err, sizeof(t->err), "no tunable %u", t->index);
 		ret = -ENOENT;
 	}
-	rr_fs_unlock(rfs);
+	rr_fs_end_op(rfs);
 	if (cmd == RRCTL_SET && !ret)
 		rr_log(LOG_INFO, "rrctl: uid %u set %s=%s", (unsigned int)uid, t->name, t->value);
 	t->result = -ret;
@@ -121,7 +121,7 @@ static void ctl_groups(struct rr_fs *rfs, struct rrctl_groups *g)
 		if (!ret)
 			g->count++;
 	}
-	rr_fs_unlock(rfs);
+	rr_fs_end_op(rfs);
 	g->result = -ret;
 }
 
@@ -179,7 +179,7 @@ int rr_ctl(struct rr_fs *rfs, unsigned int cmd, uid_t uid, const void *in, size_
 		buf->s.version = RRCTL_VERSION;
 		rr_fs_lock(rfs);
 		rr_alloc_stats(rfs->alloc, &buf->s);
-		rr_fs_unlock(rfs);
+		rr_fs_end_op(rfs);
 		ctl_io_stats(rfs, &buf->s);
 		return 0;
 	default:

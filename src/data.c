@@ -242,7 +242,7 @@ static int set_size(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size, int t
 			ret = inode_write(rfs, ri->ino, &in);
 		}
 	}
-	rr_fs_unlock(rfs);
+	rr_fs_end_op(rfs);
 	/* Not when unchanged: an overwrite sets only the times, under rw shared. */
 	if (!ret && ri->size != size)
 		ri->size = size;
@@ -281,7 +281,7 @@ static int map_run(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk, const 
 		/* The data stays buffered: promise its blocks again (they were just freed). */
 		if (flags & RR_ALLOC_RESERVED)
 			rr_alloc_reserve(rfs->alloc, ex->len, 1);
-		rr_fs_unlock(rfs);
+		rr_fs_end_op(rfs);
 		return ret;
 	}
 	rr_alloc_mapped(rfs->alloc, ex->pblk, ex->len);
@@ -302,7 +302,7 @@ static int map_run(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk, const 
 		if (!ret)
 			ri->size = size_to;
 	}
-	rr_fs_unlock(rfs);
+	rr_fs_end_op(rfs);
 	return ret;
 }
 
@@ -598,7 +598,7 @@ ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size
 				ret = inode_load(rfs, ri->ino, &in);
 				if (!ret)
 					ret = emap_mark_init(rfs, ri, &in, lblk, n);
-				rr_fs_unlock(rfs);
+				rr_fs_end_op(rfs);
 			}
 		} else {
 			int64_t r = delay ? delay_write(rfs, ri, buf + (pos - off), pos, end, n, root) :
@@ -659,7 +659,7 @@ static int punch_blocks(struct rr_fs *rfs, struct rr_inode *ri, uint64_t first, 
 	ret = inode_load(rfs, ri->ino, &in);
 	if (!ret)
 		ret = emap_tree_punch(rfs, ri->ino, &in, first, last);
-	rr_fs_unlock(rfs);
+	rr_fs_end_op(rfs);
 	emap_drop(ri);
 	return ret;
 }

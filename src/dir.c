@@ -253,7 +253,7 @@ int dir_lookup(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t *
 	ret = find(rfs, dir, name, ino);
 	if (!ret)
 		ret = entry_ref(rfs, *ino, ri, in);
-	rr_fs_unlock(rfs);
+	rr_fs_end_op(rfs);
 	return ret;
 }
 
@@ -287,7 +287,7 @@ int dir_lookup_dot(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino
 		*ri = rr_iget(rfs, dir);
 		ret = *ri ? 0 : -ENOMEM;
 	}
-	rr_fs_unlock(rfs);
+	rr_fs_end_op(rfs);
 	return ret;
 }
 
@@ -351,7 +351,7 @@ static int lock_for_new_entry(struct rr_fs *rfs, ext2_ino_t dir, const char *nam
 	ret = find(rfs, dir, name, &existing);
 	if (ret == -ENOENT && !(ret = dir_may_change(rfs, dir, 0)))
 		return 0;
-	rr_fs_unlock(rfs);
+	rr_fs_end_op(rfs);
 	return ret ? ret : -EEXIST;
 }
 
@@ -385,7 +385,7 @@ static int link_new_and_unlock(struct rr_fs *rfs, ext2_ino_t dir, const char *na
 		inode_drop_unlinked(rfs, ino);
 	else
 		ret = entry_ref(rfs, ino, ri, in);
-	rr_fs_unlock(rfs);
+	rr_fs_end_op(rfs);
 	return ret;
 }
 
@@ -409,7 +409,7 @@ int dir_create(struct rr_fs *rfs, ext2_ino_t dir, const char *name, mode_t mode,
 	ret = xattr_acl_prepare(rfs, dir, &mode, cr->umask, &ai);
 	if (ret) {
 		xattr_acl_done(&ai);
-		rr_fs_unlock(rfs);
+		rr_fs_end_op(rfs);
 		return ret;
 	}
 	new_owner(rfs, dir, &mode, cr, &gid);
@@ -422,7 +422,7 @@ int dir_create(struct rr_fs *rfs, ext2_ino_t dir, const char *name, mode_t mode,
 			ret = dir_nlink_inc(rfs, &pin);
 		if (ret) {
 			xattr_acl_done(&ai);
-			rr_fs_unlock(rfs);
+			rr_fs_end_op(rfs);
 			return ret;
 		}
 	}
@@ -523,7 +523,7 @@ int dir_link(struct rr_fs *rfs, ext2_ino_t ino, ext2_ino_t dir, const char *name
 	if (!ret)
 		ret = entry_ref(rfs, ino, ri, in);
 out:
-	rr_fs_unlock(rfs);
+	rr_fs_end_op(rfs);
 	return ret;
 }
 
@@ -596,7 +596,7 @@ int dir_unlink(struct rr_fs *rfs, ext2_ino_t dir, const char *name, int isdir)
 	if (!ret)
 		ret = drop_victim(rfs, dir, ino);
 out:
-	rr_fs_unlock(rfs);
+	rr_fs_end_op(rfs);
 	return ret;
 }
 
@@ -742,7 +742,7 @@ int dir_rename(struct rr_fs *rfs, ext2_ino_t odir, const char *oname, ext2_ino_t
 	}
 out:
 	inode_drop_unlinked(rfs, wh);
-	rr_fs_unlock(rfs);
+	rr_fs_end_op(rfs);
 	return ret;
 }
 
@@ -789,7 +789,7 @@ int dir_list(struct rr_fs *rfs, ext2_ino_t dir, struct rr_dirlist *out)
 	rr_fs_lock(rfs);
 	out->version = rfs->ns_version;
 	err = ext2fs_dir_iterate(rfs->fs, dir, 0, NULL, list_cb, out);
-	rr_fs_unlock(rfs);
+	rr_fs_end_op(rfs);
 	if (err) {
 		dir_list_free(out);
 		return rr_err_ino(err, dir);
@@ -818,7 +818,7 @@ int dir_entry_ref(struct rr_fs *rfs, ext2_ino_t dir, const struct rr_dirlist *l,
 	}
 	if (!ret)
 		ret = entry_ref(rfs, d->ino, ri, in);
-	rr_fs_unlock(rfs);
+	rr_fs_end_op(rfs);
 	return ret;
 }
 

@@ -158,7 +158,7 @@ int emap_ensure(struct rr_fs *rfs, struct rr_inode *ri)
 	rr_fs_lock(rfs);
 	/* Shared holders of rw may race here; the fs lock orders them. */
 	if (atomic_load_explicit(&ri->emap_loaded, memory_order_acquire)) {
-		rr_fs_unlock(rfs);
+		rr_fs_end_op(rfs);
 		return 0;
 	}
 	err = ext2fs_read_inode_full(rfs->fs, ri->ino, (struct ext2_inode *)&in, sizeof(in));
@@ -175,7 +175,7 @@ int emap_ensure(struct rr_fs *rfs, struct rr_inode *ri)
 			err = load_blockmap(rfs->fs, ri->ino, &m);
 	}
 	if (err) {
-		rr_fs_unlock(rfs);
+		rr_fs_end_op(rfs);
 		free(m.v);
 		/* A corrupt map is a filesystem error, as ext4_ext_check_inode's. */
 		return rr_err_ino(err, ri->ino) == -ENOMEM ? -ENOMEM : -EIO;
@@ -183,7 +183,7 @@ int emap_ensure(struct rr_fs *rfs, struct rr_inode *ri)
 	ri->emap = m;
 	ri->extents = !!(in.i_flags & EXT4_EXTENTS_FL);
 	atomic_store_explicit(&ri->emap_loaded, 1, memory_order_release);
-	rr_fs_unlock(rfs);
+	rr_fs_end_op(rfs);
 	return 0;
 }
 

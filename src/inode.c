@@ -331,7 +331,7 @@ int inode_read(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in)
 
 	rr_fs_lock(rfs);
 	ret = inode_load(rfs, ino, in);
-	rr_fs_unlock(rfs);
+	rr_fs_end_op(rfs);
 	return ret;
 }
 
@@ -444,7 +444,7 @@ void inode_accessed(struct rr_fs *rfs, struct rr_inode *ri)
 			quiet = at.tv_sec + RR_RELATIME_SECS;
 		atomic_store(&ri->atime_quiet, quiet);
 	}
-	rr_fs_unlock(rfs);
+	rr_fs_end_op(rfs);
 }
 
 int inode_has_crtime(const struct ext2_inode_large *in)
@@ -692,7 +692,7 @@ int inode_free_if_unlinked(struct rr_fs *rfs, ext2_ino_t ino)
 
 	rr_fs_lock(rfs);
 	ret = inode_free_locked(rfs, ino);
-	rr_fs_unlock(rfs);
+	rr_fs_end_op(rfs);
 	return ret;
 }
 

@@ -60,7 +60,7 @@ static int set_recover(struct rr_fs *rfs, int on)
 		ext2fs_clear_feature_journal_needs_recovery(fs->super);
 	ext2fs_mark_super_dirty(fs);
 	ret = rr_fs_commit_locked(rfs, 0);
-	rr_fs_unlock_nocommit(rfs);
+	rr_fs_unlock(rfs);
 	if (!ret)
 		ret = rr_err(io_channel_flush(fs->io));
 	return ret;
@@ -108,7 +108,7 @@ int rr_journal_start(struct rr_fs *rfs)
 	rr_fs_lock(rfs);
 	io_cache_set_journal(fs->io, &cj);
 	rfs->jw = w;
-	rr_fs_unlock_nocommit(rfs);
+	rr_fs_unlock(rfs);
 	{
 		uint64_t n;
 		uint32_t next;
@@ -132,7 +132,7 @@ int rr_journal_stop(struct rr_fs *rfs)
 	ret = rr_fs_commit_locked(rfs, 1);
 	io_cache_set_journal(rfs->fs->io, NULL);
 	rfs->jw = NULL;
-	rr_fs_unlock_nocommit(rfs);
+	rr_fs_unlock(rfs);
 	if (jw_close(w) && !ret)
 		ret = -EIO;
 	/* Cleared only over an empty log, made durable by jw_close. */

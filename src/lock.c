@@ -11,7 +11,7 @@ void rr_fs_lock(struct rr_fs *rfs)
 	pthread_mutex_lock(&rfs->lock);
 }
 
-void rr_fs_unlock_nocommit(struct rr_fs *rfs)
+void rr_fs_unlock(struct rr_fs *rfs)
 {
 	if (rfs->alloc)
 		rr_alloc_settle(rfs->alloc);
@@ -24,7 +24,7 @@ void rr_fs_unlock_nocommit(struct rr_fs *rfs)
  * full is committed here (as jbd2 stops new handles when the log is
  * short of room), before the next operation can make it larger.
  */
-void rr_fs_unlock(struct rr_fs *rfs)
+void rr_fs_end_op(struct rr_fs *rfs)
 {
 	if (rfs->jw) {
 		/* The allocator's choices settled first: the commit's bitmaps hold them. */
@@ -32,10 +32,5 @@ void rr_fs_unlock(struct rr_fs *rfs)
 			rr_alloc_settle(rfs->alloc);
 		rr_journal_maybe_commit(rfs);
 	}
-	rr_fs_unlock_nocommit(rfs);
-}
-
-void rr_fs_dirty(struct rr_fs *rfs)
-{
-	rfs->dirty = 1;
+	rr_fs_unlock(rfs);
 }

@@ -29,7 +29,7 @@ static void host_lock(void *rfs)
 
 static void host_unlock(void *rfs)
 {
-	rr_fs_unlock_nocommit(rfs);
+	rr_fs_unlock(rfs);
 }
 
 /*
@@ -442,7 +442,7 @@ int rr_fs_mark_in_use(struct rr_fs *rfs, int new_mount)
 	fs->super->s_mtime = (__u32)time(NULL);
 	ext2fs_mark_super_dirty(fs);
 	rfs->mounted = 1;
-	rr_fs_unlock_nocommit(rfs);
+	rr_fs_unlock(rfs);
 	return rr_fs_commit(rfs, 1);
 }
 

@@ -400,7 +400,7 @@ static int drop_suidgid(fuse_req_t req, fuse_ino_t fino, int capable)
 		inode_set_time(&in, RR_CTIME, &now);
 		ret = inode_write(rfs, e2ino(fino), &in);
 	}
-	rr_fs_unlock(rfs);
+	rr_fs_end_op(rfs);
 	if (!ret && !rfs->opts.single)
 		fuse_lowlevel_notify_inval_inode(rfs->se, fino, -1, 0);
 	return ret;
@@ -512,7 +512,7 @@ static void rr_setattr(fuse_req_t req, fuse_ino_t fino, struct stat *attr, int t
 		if (!ret && (to_set & FUSE_SET_ATTR_MODE))
 			ret = inode_load(rfs, ino, &in);
 	}
-	rr_fs_unlock(rfs);
+	rr_fs_end_op(rfs);
 	if (ret)
 		fuse_reply_err(req, -ret);
 	else
@@ -667,7 +667,7 @@ static void fh_release(struct rr_fs *rfs, struct rr_inode *ri, struct fuse_file_
 			rr_log(LOG_ERR, "inode %u: writing delayed data at close: %s", ri->ino, strerror(-ret));
 		rr_fs_lock(rfs);
 		rr_alloc_discard_inode(rfs->alloc, ri->ino);
-		rr_fs_unlock(rfs);
+		rr_fs_end_op(rfs);
 	}
 }
 
@@ -1068,7 +1068,7 @@ static void rr_statfs(fuse_req_t req, fuse_ino_t ino)
 	st.f_favail = sb->s_free_inodes_count;
 	st.f_namemax = EXT2_NAME_LEN;
 	st.f_fsid = *(unsigned long *)sb->s_uuid;
-	rr_fs_unlock(rfs);
+	rr_fs_end_op(rfs);
 	fuse_reply_statfs(req, &st);
 }
 
@@ -1255,7 +1255,7 @@ static int set_flags(fuse_req_t req, ext2_ino_t ino, unsigned int want, unsigned
 		rr_iunpin(rfs, ri);
 	}
 out:
-	rr_fs_unlock(rfs);
+	rr_fs_end_op(rfs);
 	return ret;
 }
 

@@ -477,7 +477,7 @@ int orphan_truncate_begin(struct rr_fs *rfs, ext2_ino_t ino)
 	ret = inode_load(rfs, ino, &in);
 	if (!ret)
 		ret = orphan_add(rfs, ino, &in);
-	rr_fs_unlock(rfs);
+	rr_fs_end_op(rfs);
 	return ret;
 }
 
@@ -493,7 +493,7 @@ int orphan_truncate_done(struct rr_fs *rfs, ext2_ino_t ino)
 		if (!ret)
 			ret = inode_write(rfs, ino, &in);
 	}
-	rr_fs_unlock(rfs);
+	rr_fs_end_op(rfs);
 	return ret;
 }
 
@@ -562,7 +562,7 @@ static int finish_one(struct rr_fs *rfs, struct cleanup *c, ext2_ino_t ino, int 
 	}
 	rr_fs_lock(rfs);
 	ri = rr_iget(rfs, ino);
-	rr_fs_unlock(rfs);
+	rr_fs_end_op(rfs);
 	if (!ri)
 		return -EIO;
 	/* A crash mid-truncate left i_size final already: free what lies past it. */
@@ -629,7 +629,7 @@ static void cleanup_list(struct rr_fs *rfs, struct cleanup *c)
 		pthread_mutex_unlock(&o->lock);
 		ret = -ENOMEM;
 		if (e) {
-			rr_fs_unlock(rfs);
+			rr_fs_end_op(rfs);
 			ret = finish_one(rfs, c, ino, in.i_links_count);
 			rr_fs_lock(rfs);
 		}
@@ -639,7 +639,7 @@ static void cleanup_list(struct rr_fs *rfs, struct cleanup *c)
 			break;
 		}
 	}
-	rr_fs_unlock(rfs);
+	rr_fs_end_op(rfs);
 }
 
 /* Finish every inode named in the orphan file. */
@@ -672,7 +672,7 @@ static void cleanup_file(struct rr_fs *rfs, struct cleanup *c)
 			pthread_mutex_lock(&o->lock);
 			ret = ent_new(o, ino, slot) ? 0 : -ENOMEM;
 			pthread_mutex_unlock(&o->lock);
-			rr_fs_unlock(rfs);
+			rr_fs_end_op(rfs);
 			if (!ret)
 				ret = finish_one(rfs, c, ino, in.i_links_count);
 			rr_fs_lock(rfs);
@@ -681,7 +681,7 @@ static void cleanup_file(struct rr_fs *rfs, struct cleanup *c)
 				       strerror(ret ? -ret : EIO));
 		}
 	}
-	rr_fs_unlock(rfs);
+	rr_fs_end_op(rfs);
 }
 
 void orphan_cleanup(struct rr_fs *rfs)
@@ -698,7 +698,7 @@ void orphan_cleanup(struct rr_fs *rfs)
 			rr_fs_lock(rfs);
 			fs->super->s_last_orphan = 0;
 			rr_fs_write_super(rfs);
-			rr_fs_unlock(rfs);
+			rr_fs_end_op(rfs);
 		}
 		return;
 	}

@@ -192,7 +192,6 @@ struct rr_fs {
 
 	/* Written under the fs lock: its own cache lines. */
 	pthread_mutex_t lock __attribute__((aligned(RR_CACHELINE)));
-	int dirty;		/* metadata changed since the last commit */
 	struct rr_bitmaps bitmaps;	/* what the image's bitmap blocks hold (bitmaps.c) */
 	struct ialloc_counts icounts;	/* the kernel's counts as its inode allocator sees them */
 	uint64_t ns_version;	/* bumped by every directory change */
@@ -270,11 +269,13 @@ void rr_journal_maybe_commit(struct rr_fs *rfs);
 
 /* lock.c */
 void rr_fs_lock(struct rr_fs *rfs);
-/* At the end of a whole operation: the point where a full transaction is committed. */
+/*
+ * The end of a whole operation (the fs lock taken at its start): commits
+ * the journal's transaction if it has grown full, then drops the lock.
+ */
+void rr_fs_end_op(struct rr_fs *rfs);
+/* Drops the fs lock and commits nothing: in a commit, or inside the allocator's own sections. */
 void rr_fs_unlock(struct rr_fs *rfs);
-/* The same, for the allocator's own sections (a commit there would take its locks again). */
-void rr_fs_unlock_nocommit(struct rr_fs *rfs);
-void rr_fs_dirty(struct rr_fs *rfs);
 
 /* inode.c */
 int rr_itab_init(struct rr_itab *t);

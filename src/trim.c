@@ -62,7 +62,7 @@ int rr_trim(struct rr_fs *rfs, uint64_t start, uint64_t len, uint64_t minlen, ui
 			}
 			b = used;
 		}
-		rr_fs_unlock(rfs);
+		rr_fs_end_op(rfs);
 		rr_progress_step(&progress, g - ext2fs_group_of_blk2(fs, first) + 1, NULL);
 	}
 	rr_progress_end(&progress, g - ext2fs_group_of_blk2(fs, first));

@@ -82,7 +82,7 @@ int xattr_get(struct rr_fs *rfs, ext2_ino_t ino, const char *name, void **val, s
 	}
 	rr_fs_lock(rfs);
 	ret = xattr_get_locked(rfs, ino, name, val, len);
-	rr_fs_unlock(rfs);
+	rr_fs_end_op(rfs);
 	if (ri) {
 		/* A change since gen was read makes this record stale, as it should. */
 		if (ret == -ENODATA)
@@ -139,7 +139,7 @@ int xattr_list(struct rr_fs *rfs, ext2_ino_t ino, int privileged, char **names, 
 		ret = rr_err_ino(ext2fs_xattrs_iterate(h, list_cb, &c), ino);
 		ext2fs_xattrs_close(&h);
 	}
-	rr_fs_unlock(rfs);
+	rr_fs_end_op(rfs);
 	if (!ret)
 		ret = c.err;
 	if (ret) {
@@ -281,7 +281,7 @@ int xattr_set(struct rr_fs *rfs, ext2_ino_t ino, const char *name, const void *v
 
 	rr_fs_lock(rfs);
 	ret = xattr_set_locked(rfs, ino, name, val, len, flags);
-	rr_fs_unlock(rfs);
+	rr_fs_end_op(rfs);
 	return ret;
 }
 
@@ -295,7 +295,7 @@ int xattr_remove(struct rr_fs *rfs, ext2_ino_t ino, const char *name)
 	ret = set_raw(rfs, ino, name, NULL, 0, XATTR_REPLACE);
 	if (!ret)
 		ret = after_change(rfs, ino, NULL, 0);
-	rr_fs_unlock(rfs);
+	rr_fs_end_op(rfs);
 	return ret;
 }
 

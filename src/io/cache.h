@@ -48,7 +48,7 @@ struct io_cache_journal {
 };
 /* Set (j copied) or, j NULL, cleared: after a write-back, under the fs lock.  -1: ch has no cache. */
 int io_cache_set_journal(io_channel ch, const struct io_cache_journal *j);
-/* Are want blocks dirty under a journal?  Lock-free, for every rr_fs_unlock. */
+/* Are want blocks dirty under a journal?  Lock-free, for every rr_fs_end_op. */
 int io_cache_journal_full(io_channel ch);
 /*
  * Blocks [blk, blk+count) are free: their copies go, dirty or not, written
