@@ -3,9 +3,10 @@
  * An ext4 filesystem's internal jbd2 journal, opened for reading and for
  * the few writes recovery makes: where its blocks lie (the journal inode's
  * map), its validated superblock, and the checksums its blocks carry.
- * The device is reached under the metadata cache (io_bottom): journal
- * blocks are never worth caching, and what recovery writes home must not
- * be hidden by a cached older copy.
+ * The device is reached under the metadata cache and fault injection
+ * (io_under_faults, io/layer.h): journal blocks are never worth caching,
+ * and what recovery writes home must not be hidden by a cached older copy.
+ * (The writer, writer.h, writes under the cache but above the faults.)
  */
 #ifndef RRFUSE_JOURNAL_JOURNAL_H
 #define RRFUSE_JOURNAL_JOURNAL_H
