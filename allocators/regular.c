@@ -19,9 +19,10 @@
  *
  * With mb_optimize_scan the first three criteria pick groups from the
  * engine's lists (by largest free order, by average fragment order) after
- * the goal group and mb_max_linear_groups groups after it, so their cost
- * does not grow with the number of groups; otherwise every criterion is a
- * linear pass from the goal group.
+ * the goal group and mb_max_linear_groups groups after it, each order's
+ * groups by group number from the goal group on, so their cost does not
+ * grow with the number of groups; otherwise every criterion is a linear
+ * pass from the goal group.
  */
 #include "policy.h"
 
@@ -48,18 +49,31 @@ static int scan_linear(struct rr_alloc *a, struct mb_ac *ac, enum mb_cr cr, uint
 	return 0;
 }
 
-/* Every group on list l of order >= from (groups already tried linearly are skipped by status). */
-static int scan_lists(struct rr_alloc *a, struct mb_ac *ac, enum mb_cr cr, int l, int from)
+/* Groups in [from, end) on list l, orders lo and up, each order by group number. */
+static int scan_lists_range(struct rr_alloc *a, struct mb_ac *ac, enum mb_cr cr, int l, int lo,
+			    uint32_t from, uint32_t end)
 {
-	int o, g, next;
+	int o, g;
 
-	for (o = from < 0 ? 0 : from; o <= (int)a->max_order; o++)
-		for (g = mb_list_first(a, l, o); g >= 0; g = next) {
-			next = mb_list_next(a, l, (uint32_t)g);
+	for (o = lo < 0 ? 0 : lo; o <= (int)a->max_order; o++)
+		for (g = mb_list_find(a, l, o, from, end); g >= 0; g = mb_list_find(a, l, o, (uint32_t)g + 1, end))
 			if (try_group(a, ac, (uint32_t)g, cr))
 				return 1;
-		}
 	return 0;
+}
+
+/*
+ * The groups on list l of order >= lo: those from the goal group up, then
+ * those below it (kernel 6.18), so that a search goes on where the last
+ * one of its stream stopped, as a linear scan would.  Groups already tried
+ * linearly come round again only to be passed over by their summary.
+ */
+static int scan_lists(struct rr_alloc *a, struct mb_ac *ac, enum mb_cr cr, int l, int lo)
+{
+	uint32_t start = ac->g_ex.group;
+
+	return scan_lists_range(a, ac, cr, l, lo, start, a->ngroups) ||
+	       (start && scan_lists_range(a, ac, cr, l, lo, 0, start));
 }
 
 static int scan_optimized(struct rr_alloc *a, struct mb_ac *ac, enum mb_cr cr)
