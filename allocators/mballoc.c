@@ -1300,6 +1300,7 @@ static void ac_normalize(struct rr_alloc *a, struct mb_ac *ac, const struct rr_a
 	/* No block of the file on either side: its first window (regular.c tries its goal group first). */
 	if (!req->nbr.pleft && !req->nbr.pright)
 		ac->hints |= MB_HINT_FIRST_WINDOW;
+	ac->hints |= MB_HINT_WINDOW;
 	mb_normalize(&n);
 	pa_adjust_overlap(a, req->ino, req->lblk, &n.start, &n.size);
 	ac->g_ex.logical = n.start;
@@ -1307,7 +1308,7 @@ static void ac_normalize(struct rr_alloc *a, struct mb_ac *ac, const struct rr_a
 	if (n.goal && valid_block(a, n.goal)) {
 		ac->g_ex.group = group_of(a, n.goal);
 		ac->g_ex.start = (uint32_t)(n.goal - group_first(a, ac->g_ex.group));
-		ac->hints |= MB_HINT_TRY_GOAL;
+		ac->hints |= MB_HINT_TRY_GOAL | MB_HINT_MERGE_GOAL;
 	}
 }
 

@@ -150,6 +150,8 @@ struct mb_pa {
 #define MB_HINT_GROUP_ALLOC	0x20	/* a small file: from the locality group's PA */
 #define MB_HINT_FILE_GOAL	0x40	/* the goal follows the file's own blocks (not its inode's group) */
 #define MB_HINT_FIRST_WINDOW	0x80	/* a file's data with no block of it on either side */
+#define MB_HINT_WINDOW		0x100	/* normalised into a preallocation window */
+#define MB_HINT_MERGE_GOAL	0x200	/* WINDOW: the goal joins the window to the file's blocks */
 
 enum mb_status { AC_CONTINUE, AC_FOUND, AC_BREAK };
 

@@ -2,7 +2,8 @@
 /*
  * The "regular" policy: the kernel's ext4_mb_regular_allocator.
  *
- *  1. The goal itself, when the request has one worth trying.
+ *  1. The goal itself, when the request has one worth trying (a window:
+ *     only a goal that joins it to the file's blocks).
  *  2. Streams (files past mb_stream_req blocks) start their search at the
  *     group the last stream allocation of their slot (inode % slots) used,
  *     so concurrent large files fill groups one after another instead of
@@ -112,7 +113,15 @@ static void regular_choose(struct rr_alloc *a, struct mb_ac *ac)
 	uint32_t slot = ac->ino % a->nr_last_groups;
 	enum mb_cr cr;
 
-	if ((ac->hints & MB_HINT_TRY_GOAL) && mb_find_by_goal(a, ac))
+	/*
+	 * A window takes its goal block only where that joins it to the file's
+	 * blocks, as the kernel's normalisation asks.  Elsewhere the goal only
+	 * names the group to search from: a file's first window does not take
+	 * the first block of its flex group's second group just because it is
+	 * free, and a stream searches from its slot's group (below).
+	 */
+	if ((ac->hints & MB_HINT_TRY_GOAL) &&
+	    (!(ac->hints & MB_HINT_WINDOW) || (ac->hints & MB_HINT_MERGE_GOAL)) && mb_find_by_goal(a, ac))
 		return;
 	/* Only requests of 2^order2_req blocks or more are worth aligning. */
 	ac->two_order = ((ac->g_ex.len & (ac->g_ex.len - 1)) == 0 && i + 1 >= MB_T(a, mb_order2_req) &&
