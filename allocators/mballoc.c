@@ -62,8 +62,8 @@
  *    (rr_alloc_set_lock), holding none of its own locks.
  *  - PA owner locks: pa_locks[] (striped over the inode hash) and
  *    lg_locks[] (one per locality group).  group->lock: that group's buddy,
- *    pending map, summary and PA list.  list_lock[list][order]: one list.
- *  - Order: fs lock -> PA owner lock -> group lock -> list lock; never two
+ *    pending map, summary and PA list, and its bits in the scan lists.
+ *  - Order: fs lock -> PA owner lock -> group lock; never two
  *    group locks or two owner locks at once.  There is no lock that every
  *    allocation takes: a request locks the groups it scans, one at a time,
  *    and the owner lock of its own inode's PAs or of its CPU's locality
@@ -153,53 +153,31 @@ static int valid_block(const struct rr_alloc *a, uint64_t blk)
 
 /* ---- optimised-scan lists (kernel: s_mb_largest_free_orders, s_mb_avg_fragment_size) ---- */
 
-/* Take g off list l (order o).  That list's lock held. */
-static void list_del_locked(struct rr_alloc *a, int l, uint32_t g, int o)
+/*
+ * Each (list, order) is a bitmap with a bit per group, read in group
+ * number order as the kernel's xarrays (6.17): which group a search picks
+ * must not depend on when a group last changed, or two streams started
+ * together drift into different groups where the kernel's share one.
+ * Bits change with atomic word operations, under the group's lock only.
+ */
+static _Atomic uint64_t *list_map(const struct rr_alloc *a, int l, int o)
 {
-	struct mb_group *grp = &a->groups[g];
-
-	if (grp->list_prev[l] >= 0)
-		a->groups[grp->list_prev[l]].list_next[l] = grp->list_next[l];
-	else
-		a->list_head[l][o] = grp->list_next[l];
-	if (grp->list_next[l] >= 0)
-		a->groups[grp->list_next[l]].list_prev[l] = grp->list_prev[l];
-	else
-		a->list_tail[l][o] = grp->list_prev[l];
-	atomic_store(&grp->list_order[l], -1);
+	return a->list_bits + ((size_t)l * MB_NUM_ORDERS_MAX + (size_t)o) * a->list_words;
 }
 
-/* At the tail, as the kernel's lists: groups come out of a list in the order they went in. */
-static void list_add_locked(struct rr_alloc *a, int l, uint32_t g, int o)
-{
-	struct mb_group *grp = &a->groups[g];
-	int32_t t = a->list_tail[l][o];
-
-	grp->list_next[l] = -1;
-	grp->list_prev[l] = t;
-	if (t >= 0)
-		a->groups[t].list_next[l] = (int32_t)g;
-	else
-		a->list_head[l][o] = (int32_t)g;
-	a->list_tail[l][o] = (int32_t)g;
-	atomic_store(&grp->list_order[l], (int8_t)o);
-}
-
-/* Move g to the tail of order o of list l (-1: off it).  Group lock held: nobody else moves g. */
+/* Move g from its order on list l to order o (-1: off it).  Group lock held: nobody else moves g. */
 static void list_move(struct rr_alloc *a, int l, uint32_t g, int o)
 {
 	int old = atomic_load(&a->groups[g].list_order[l]);
+	uint64_t bit = 1ull << (g & 63);
 
-	if (old >= 0) {
-		pthread_mutex_lock(&a->list_lock[l][old]);
-		list_del_locked(a, l, g, old);
-		pthread_mutex_unlock(&a->list_lock[l][old]);
-	}
-	if (o >= 0) {
-		pthread_mutex_lock(&a->list_lock[l][o]);
-		list_add_locked(a, l, g, o);
-		pthread_mutex_unlock(&a->list_lock[l][o]);
-	}
+	if (old == o)
+		return;
+	if (old >= 0)
+		atomic_fetch_and(&list_map(a, l, old)[g >> 6], ~bit);
+	if (o >= 0)
+		atomic_fetch_or(&list_map(a, l, o)[g >> 6], bit);
+	atomic_store(&a->groups[g].list_order[l], (int8_t)o);
 }
 
 /* Copy the buddy's summary into the group and move it to the right lists.  Group lock held. */
@@ -211,42 +189,29 @@ static void group_update(struct rr_alloc *a, uint32_t g)
 
 	atomic_store(&grp->free, b->free);
 	atomic_store(&grp->fragments, b->fragments);
-	if (lo == grp->largest_order && ao == grp->avg_order && grp->list_order[MB_LIST_LARGEST] == lo)
-		return;
 	atomic_store(&grp->largest_order, (int8_t)lo);
 	atomic_store(&grp->avg_order, (int8_t)ao);
-	/*
-	 * A change of either order sends the group to the tail of both lists:
-	 * the groups just allocated from come last, so concurrent streams start
-	 * in different groups (measured: two interleaved dd streams, 6 extents
-	 * each, against 50 when only the changed list moved).
-	 */
 	list_move(a, MB_LIST_LARGEST, g, lo);
 	list_move(a, MB_LIST_AVG, g, ao);
 }
 
-int mb_list_first(struct rr_alloc *a, int list, int order)
+int mb_list_find(struct rr_alloc *a, int list, int order, uint32_t from, uint32_t end)
 {
-	int g;
+	_Atomic uint64_t *m = list_map(a, list, order);
+	uint32_t w;
 
-	pthread_mutex_lock(&a->list_lock[list][order]);
-	g = a->list_head[list][order];
-	pthread_mutex_unlock(&a->list_lock[list][order]);
-	return g;
-}
+	if (end > a->ngroups)
+		end = a->ngroups;
+	for (w = from >> 6; from < end; w++, from = w << 6) {
+		uint64_t bits = atomic_load(&m[w]) & (~0ull << (from & 63));
 
-/* The group after g on its list; -1 at the end, or when g has left the list meanwhile. */
-int mb_list_next(struct rr_alloc *a, int list, uint32_t g)
-{
-	int o = atomic_load(&a->groups[g].list_order[list]), n = -1;
+		if (bits) {
+			uint32_t g = (w << 6) + (uint32_t)__builtin_ctzll(bits);
 
-	if (o < 0)
-		return -1;
-	pthread_mutex_lock(&a->list_lock[list][o]);
-	if (atomic_load(&a->groups[g].list_order[list]) == o)
-		n = a->groups[g].list_next[list];
-	pthread_mutex_unlock(&a->list_lock[list][o]);
-	return n;
+			return g < end ? (int)g : -1;
+		}
+	}
+	return -1;
 }
 
 /* ---- groups ---- */
@@ -1335,6 +1300,7 @@ static void ac_normalize(struct rr_alloc *a, struct mb_ac *ac, const struct rr_a
 	/* No block of the file on either side: its first window (regular.c tries its goal group first). */
 	if (!req->nbr.pleft && !req->nbr.pright)
 		ac->hints |= MB_HINT_FIRST_WINDOW;
+	ac->hints |= MB_HINT_WINDOW;
 	mb_normalize(&n);
 	pa_adjust_overlap(a, req->ino, req->lblk, &n.start, &n.size);
 	ac->g_ex.logical = n.start;
@@ -1342,7 +1308,7 @@ static void ac_normalize(struct rr_alloc *a, struct mb_ac *ac, const struct rr_a
 	if (n.goal && valid_block(a, n.goal)) {
 		ac->g_ex.group = group_of(a, n.goal);
 		ac->g_ex.start = (uint32_t)(n.goal - group_first(a, ac->g_ex.group));
-		ac->hints |= MB_HINT_TRY_GOAL;
+		ac->hints |= MB_HINT_TRY_GOAL | MB_HINT_MERGE_GOAL;
 	}
 }
 
@@ -2172,7 +2138,6 @@ int rr_alloc_attach(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr
 	const struct mb_policy *policy;
 	char err[128];
 	uint32_t g, i;
-	int l, o;
 
 	if (!a)
 		return -ENOMEM;
@@ -2213,7 +2178,10 @@ int rr_alloc_attach(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr
 	a->nlg = (uint32_t)(ncpu > 0 ? ncpu : 1);
 	a->lg = calloc(a->nlg, sizeof(*a->lg));
 	a->lg_locks = calloc(a->nlg, sizeof(*a->lg_locks));
-	if (!a->groups || !a->pa_hash || !a->last_groups || !a->lg || !a->lg_locks) {
+	a->list_words = (a->ngroups + 63) / 64;
+	a->list_bits = calloc((size_t)MB_NLISTS * MB_NUM_ORDERS_MAX * a->list_words, sizeof(*a->list_bits));
+	if (!a->groups || !a->pa_hash || !a->last_groups || !a->lg || !a->lg_locks || !a->list_bits) {
+		free(a->list_bits);
 		free(a->lg_locks);
 		free(a->lg);
 		free(a->groups);
@@ -2222,11 +2190,6 @@ int rr_alloc_attach(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr
 		free(a);
 		return -ENOMEM;
 	}
-	for (l = 0; l < MB_NLISTS; l++)
-		for (o = 0; o < MB_NUM_ORDERS_MAX; o++) {
-			a->list_head[l][o] = a->list_tail[l][o] = -1;
-			pthread_mutex_init(&a->list_lock[l][o], NULL);
-		}
 	for (i = 0; i < MB_PA_LOCKS; i++)
 		pthread_mutex_init(&a->pa_locks[i], NULL);
 	for (i = 0; i < a->nlg; i++)
@@ -2290,7 +2253,6 @@ void rr_alloc_detach(struct rr_alloc *a)
 {
 	struct mb_running *run, *next;
 	uint32_t g, i;
-	int l, o;
 
 	if (!a)
 		return;
@@ -2322,9 +2284,6 @@ void rr_alloc_detach(struct rr_alloc *a)
 		free(a->groups[g].pmap);
 		pthread_mutex_destroy(&a->groups[g].lock);
 	}
-	for (l = 0; l < MB_NLISTS; l++)
-		for (o = 0; o < MB_NUM_ORDERS_MAX; o++)
-			pthread_mutex_destroy(&a->list_lock[l][o]);
 	for (i = 0; i < MB_PA_LOCKS; i++)
 		pthread_mutex_destroy(&a->pa_locks[i]);
 	for (i = 0; i < a->nlg; i++)
@@ -2336,6 +2295,7 @@ void rr_alloc_detach(struct rr_alloc *a)
 	free(a->last_groups);
 	free(a->lg);
 	free(a->lg_locks);
+	free(a->list_bits);
 	free(a->hints);
 	free(a);
 }

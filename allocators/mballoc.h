@@ -114,8 +114,7 @@ struct mb_group {
 	_Atomic int8_t largest_order;	/* -1: none free */
 	_Atomic int8_t avg_order;
 	_Atomic uint8_t block_uninit;	/* EXT2_BG_BLOCK_UNINIT as of the last fs-locked look */
-	_Atomic int8_t list_order[MB_NLISTS];	/* the list this group is on, -1 none */
-	int32_t list_next[MB_NLISTS], list_prev[MB_NLISTS];	/* under that list's lock */
+	_Atomic int8_t list_order[MB_NLISTS];	/* the order whose list holds this group, -1 none */
 	struct mb_pa *pas;		/* preallocations inside this group */
 };
 
@@ -151,6 +150,8 @@ struct mb_pa {
 #define MB_HINT_GROUP_ALLOC	0x20	/* a small file: from the locality group's PA */
 #define MB_HINT_FILE_GOAL	0x40	/* the goal follows the file's own blocks (not its inode's group) */
 #define MB_HINT_FIRST_WINDOW	0x80	/* a file's data with no block of it on either side */
+#define MB_HINT_WINDOW		0x100	/* normalised into a preallocation window */
+#define MB_HINT_MERGE_GOAL	0x200	/* WINDOW: the goal joins the window to the file's blocks */
 
 enum mb_status { AC_CONTINUE, AC_FOUND, AC_BREAK };
 
@@ -254,10 +255,9 @@ struct rr_alloc {
 	void (*host_unlock)(void *);
 	void *host_arg;
 
-	/* The optimised-scan lists: heads per order, each (list, order) under its own lock. */
-	pthread_mutex_t list_lock[MB_NLISTS][MB_NUM_ORDERS_MAX];
-	int32_t list_head[MB_NLISTS][MB_NUM_ORDERS_MAX];
-	int32_t list_tail[MB_NLISTS][MB_NUM_ORDERS_MAX];
+	/* The optimised-scan lists: a bitmap of groups per (list, order), list_words words each. */
+	_Atomic uint64_t *list_bits;
+	uint32_t list_words;
 
 	/* Inode preallocations by inode number; bucket b under pa_locks[b % MB_PA_LOCKS]. */
 	pthread_mutex_t pa_locks[MB_PA_LOCKS];
@@ -308,8 +308,8 @@ void mb_prefetch(struct rr_alloc *a, uint32_t g, uint32_t n);
 int mb_good_group(struct rr_alloc *a, struct mb_ac *ac, uint32_t g, enum mb_cr cr);
 void mb_scan_group(struct rr_alloc *a, struct mb_ac *ac, uint32_t g, enum mb_cr cr);
 int mb_find_by_goal(struct rr_alloc *a, struct mb_ac *ac);
-int mb_list_first(struct rr_alloc *a, int list, int order);
-int mb_list_next(struct rr_alloc *a, int list, uint32_t g);
+/* The lowest-numbered group in [from, end) on list (list, order), or -1. */
+int mb_list_find(struct rr_alloc *a, int list, int order, uint32_t from, uint32_t end);
 /* First free run of >= need blocks from block from on, wrapping; 1 = found (ac->b_ex, AC_FOUND). */
 int mb_first_fit(struct rr_alloc *a, struct mb_ac *ac, uint64_t from, uint32_t need);
 /* The first group of a flex group of 4 or more: its metadata's; data leaves it alone when it can. */

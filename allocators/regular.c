@@ -2,7 +2,8 @@
 /*
  * The "regular" policy: the kernel's ext4_mb_regular_allocator.
  *
- *  1. The goal itself, when the request has one worth trying.
+ *  1. The goal itself, when the request has one worth trying (a window:
+ *     only a goal that joins it to the file's blocks).
  *  2. Streams (files past mb_stream_req blocks) start their search at the
  *     group the last stream allocation of their slot (inode % slots) used,
  *     so concurrent large files fill groups one after another instead of
@@ -19,9 +20,10 @@
  *
  * With mb_optimize_scan the first three criteria pick groups from the
  * engine's lists (by largest free order, by average fragment order) after
- * the goal group and mb_max_linear_groups groups after it, so their cost
- * does not grow with the number of groups; otherwise every criterion is a
- * linear pass from the goal group.
+ * the goal group and mb_max_linear_groups groups after it, each order's
+ * groups by group number from the goal group on, so their cost does not
+ * grow with the number of groups; otherwise every criterion is a linear
+ * pass from the goal group.
  */
 #include "policy.h"
 
@@ -48,18 +50,31 @@ static int scan_linear(struct rr_alloc *a, struct mb_ac *ac, enum mb_cr cr, uint
 	return 0;
 }
 
-/* Every group on list l of order >= from (groups already tried linearly are skipped by status). */
-static int scan_lists(struct rr_alloc *a, struct mb_ac *ac, enum mb_cr cr, int l, int from)
+/* Groups in [from, end) on list l, orders lo and up, each order by group number. */
+static int scan_lists_range(struct rr_alloc *a, struct mb_ac *ac, enum mb_cr cr, int l, int lo,
+			    uint32_t from, uint32_t end)
 {
-	int o, g, next;
+	int o, g;
 
-	for (o = from < 0 ? 0 : from; o <= (int)a->max_order; o++)
-		for (g = mb_list_first(a, l, o); g >= 0; g = next) {
-			next = mb_list_next(a, l, (uint32_t)g);
+	for (o = lo < 0 ? 0 : lo; o <= (int)a->max_order; o++)
+		for (g = mb_list_find(a, l, o, from, end); g >= 0; g = mb_list_find(a, l, o, (uint32_t)g + 1, end))
 			if (try_group(a, ac, (uint32_t)g, cr))
 				return 1;
-		}
 	return 0;
+}
+
+/*
+ * The groups on list l of order >= lo: those from the goal group up, then
+ * those below it (kernel 6.18), so that a search goes on where the last
+ * one of its stream stopped, as a linear scan would.  Groups already tried
+ * linearly come round again only to be passed over by their summary.
+ */
+static int scan_lists(struct rr_alloc *a, struct mb_ac *ac, enum mb_cr cr, int l, int lo)
+{
+	uint32_t start = ac->g_ex.group;
+
+	return scan_lists_range(a, ac, cr, l, lo, start, a->ngroups) ||
+	       (start && scan_lists_range(a, ac, cr, l, lo, 0, start));
 }
 
 static int scan_optimized(struct rr_alloc *a, struct mb_ac *ac, enum mb_cr cr)
@@ -98,7 +113,15 @@ static void regular_choose(struct rr_alloc *a, struct mb_ac *ac)
 	uint32_t slot = ac->ino % a->nr_last_groups;
 	enum mb_cr cr;
 
-	if ((ac->hints & MB_HINT_TRY_GOAL) && mb_find_by_goal(a, ac))
+	/*
+	 * A window takes its goal block only where that joins it to the file's
+	 * blocks, as the kernel's normalisation asks.  Elsewhere the goal only
+	 * names the group to search from: a file's first window does not take
+	 * the first block of its flex group's second group just because it is
+	 * free, and a stream searches from its slot's group (below).
+	 */
+	if ((ac->hints & MB_HINT_TRY_GOAL) &&
+	    (!(ac->hints & MB_HINT_WINDOW) || (ac->hints & MB_HINT_MERGE_GOAL)) && mb_find_by_goal(a, ac))
 		return;
 	/* Only requests of 2^order2_req blocks or more are worth aligning. */
 	ac->two_order = ((ac->g_ex.len & (ac->g_ex.len - 1)) == 0 && i + 1 >= MB_T(a, mb_order2_req) &&

@@ -75,8 +75,10 @@ static void note_request(const void *buf, ssize_t len)
 	const struct fuse_init_in *init;
 
 	chan_mark = 0;
+	rr_set_req_pid(0);
 	if ((size_t)len < sizeof(*h))
 		return;
+	rr_set_req_pid(h->pid);
 	atomic_fetch_add_explicit(&chan.requests[h->opcode < RRCTL_NREQ ? h->opcode : RRCTL_NREQ - 1], 1,
 				  memory_order_relaxed);
 	switch (h->opcode) {

@@ -290,24 +290,59 @@ static uint32_t extents_upto(const struct rr_emap *m, uint64_t lblk)
 	return lo;
 }
 
-/* A physical goal for lblk: just after the nearest mapped block before it. */
+static __thread uint32_t req_pid;
+
+void rr_set_req_pid(uint32_t pid)
+{
+	req_pid = pid;
+}
+
+/*
+ * Where a regular file with no block yet starts (kernel:
+ * ext4_inode_to_goal_block).  With flex groups of 4 or more, the first
+ * group of the inode's flex group is left to directories and metadata:
+ * every file of a flex group aims at its second group's first block, so
+ * files written together start side by side.  Without delayed allocation
+ * the writer's pid spreads writers over 16 slices of that group.
+ */
+static uint64_t inode_goal(struct rr_fs *rfs, ext2_ino_t ino)
+{
+	ext2_filsys fs = rfs->fs;
+	unsigned int lf = fs->super->s_log_groups_per_flex;
+	dgrp_t group = ext2fs_group_of_ino(fs, ino);
+	uint64_t start, last = ext2fs_blocks_count(fs->super) - 1, span;
+
+	if (ext2fs_has_feature_flex_bg(fs->super) && lf >= 2 && lf < 32)
+		group = (group & ~((1u << lf) - 1)) + 1;
+	if (group >= fs->group_desc_count)
+		return fs->super->s_first_data_block;
+	start = ext2fs_group_first_block2(fs, group);
+	if (rfs->opts.delalloc)
+		return start;
+	span = start + EXT2_BLOCKS_PER_GROUP(fs->super) <= last ? EXT2_BLOCKS_PER_GROUP(fs->super) :
+								  last - start;
+	return start + (uint64_t)(req_pid % 16) * (span / 16);
+}
+
+/*
+ * A physical goal for lblk (kernel: ext4_ext_find_goal): in line with the
+ * nearest extent at or before it, or else with the file's first extent
+ * (as far before that one as lblk is), or for a file without blocks
+ * where its inode's files start.
+ */
 uint64_t emap_goal(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk)
 {
 	const struct rr_emap *m = &ri->emap;
 	uint32_t lo = extents_upto(m, lblk);
-	ext2_filsys fs = rfs->fs;
-	dgrp_t group;
 
 	if (lo > 0) {
 		const struct rr_ext *e = &m->v[lo - 1];
 
 		return e->pblk + (lblk - e->lblk);
 	}
-	/* No block before it: the start of the inode's (flex) group. */
-	group = ext2fs_group_of_ino(fs, ri->ino);
-	if (fs->super->s_log_groups_per_flex)
-		group &= ~((1u << fs->super->s_log_groups_per_flex) - 1);
-	return ext2fs_group_first_block2(fs, group);
+	if (m->n && m->v[0].pblk > m->v[0].lblk - lblk)
+		return m->v[0].pblk - (m->v[0].lblk - lblk);
+	return inode_goal(rfs, ri->ino);
 }
 
 /*

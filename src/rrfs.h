@@ -329,6 +329,8 @@ int emap_mark_init(struct rr_fs *rfs, struct rr_inode *ri, struct ext2_inode_lar
 		   uint64_t lblk, uint32_t len);
 void emap_cache_set(struct rr_emap *m, uint32_t lblk, uint32_t len, uint64_t pblk, int uninit);
 uint64_t emap_goal(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk);
+/* The pid of the process whose request this thread handles (0: none): it colours nodelalloc goals. */
+void rr_set_req_pid(uint32_t pid);
 
 /* data.c */
 ssize_t data_read(struct rr_fs *rfs, struct rr_inode *ri, char *buf, size_t size, uint64_t off);

@@ -149,16 +149,20 @@ def sequential_extents(opts):
 
 
 def test_rralloc_sequential_files_as_few_extents_as_regular():
-    """A file's own stream stays as contiguous under rralloc as under regular:
-    the rotor moves between files, never inside one (moving inside one would
-    give each 64 MiB file its 8 MiB flushes in different places, 8 or more
-    extents a file, 144 or more in all).  Both policies vary run to run with
-    the writeback's order: measured rralloc 61-82, regular 54-90, either ahead,
-    the ratio up to 1.31; the bound is 1.5x."""
+    """A file's own stream stays about as contiguous under rralloc as under
+    regular: the rotor moves between files, never inside one (moving inside
+    one would give each 64 MiB file its 8 MiB flushes in different places, 8
+    or more extents a file, 144 or more in all).  Both policies vary run to
+    run with the writeback's order.  Measured on 8cfa202: rralloc 48-77,
+    regular 46-52; since regular scans its lists by group number (as the
+    kernel, which gives 25 here) regular gives 36-44 and rralloc is unchanged
+    (once 90 under -o check), ratios up to 2.5: the bound is 3x, and under
+    seven extents a file."""
     rr = sequential_extents("rralloc")
     reg = sequential_extents("allocator=regular")
     print("leaf extents of 18 x 64 MiB files: rralloc %d, regular %d" % (rr, reg))
-    assert rr <= 1.5 * reg, (rr, reg)
+    assert rr <= 3 * reg, (rr, reg)
+    assert rr < 18 * 7, rr
 
 
 @pytest.mark.opts("allocator=firstfit")
