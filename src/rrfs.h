@@ -15,7 +15,8 @@
  *                   include/rrfuse/alloc.h), reaching libext2fs when the
  *                   lock is next taken (rr_fs_lock).
  *   the allocator's locks (allocators/mballoc.c states them): PA owner
- *                   lock -> group lock -> list lock, never two of a kind.
+ *                   lock -> group lock, never two of a kind (the scan
+ *                   lists are bitmaps changed atomically under the group lock).
  *                   Taken inside the fs lock, or without it by a data
  *                   request (RR_ALLOC_NOLOCK), which then takes the fs lock
  *                   only while it holds none of them.  A discard issued
