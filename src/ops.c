@@ -746,26 +746,14 @@ static void rr_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 /* Reads shorter than this are copied: libfuse splices nothing under two pages. */
 #define RR_SPLICE_MIN (2 * 4096)
 
-/* A READ or READDIR: the access time, as ext4 would set it (inode_accessed). */
-static void accessed(struct rr_fs *rfs, fuse_ino_t fino)
-{
-	struct rr_inode *ri;
-
-	if (rfs->ro || rfs->opts.atime == RR_ATIME_NOATIME || !(ri = node(rfs, fino)))
-		return;
-	inode_accessed(rfs, ri);
-	rr_iunpin(rfs, ri);
-}
-
-static int splice_read(fuse_req_t req, fuse_ino_t fino, size_t size, uint64_t off)
+static int splice_read(fuse_req_t req, struct rr_inode *ri, size_t size, uint64_t off)
 {
 	struct rr_fs *rfs = rr_fs_of(req);
 	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(size);
-	struct rr_inode *ri;
 	uint64_t dev;
 	int ret, fd;
 
-	if (!rfs->splice || !(ri = node(rfs, fino)))
+	if (!rfs->splice)
 		return 0;
 	ret = data_read_begin(rfs, ri, off, &size, &dev);
 	if (!ret && dev && size >= RR_SPLICE_MIN) {
@@ -780,7 +768,6 @@ static int splice_read(fuse_req_t req, fuse_ino_t fino, size_t size, uint64_t of
 			fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
 		}
 		data_read_end(ri);
-		rr_iunpin(rfs, ri);
 		if (ret == -EOPNOTSUPP)
 			return 0;
 		if (ret)
@@ -789,7 +776,6 @@ static int splice_read(fuse_req_t req, fuse_ino_t fino, size_t size, uint64_t of
 	}
 	if (!ret)
 		data_read_end(ri);
-	rr_iunpin(rfs, ri);
 	return 0;
 }
 
@@ -805,23 +791,26 @@ static void rr_read(fuse_req_t req, fuse_ino_t fino, size_t size, off_t off, str
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	accessed(rfs, fino);
-	if (splice_read(req, fino, size, (uint64_t)off))
-		return;
-	/* Page aligned, so that O_DIRECT reads land in it without a bounce. */
-	if (posix_memalign((void **)&buf, 4096, size ? size : 1)) {
-		fuse_reply_err(req, ENOMEM);
+	ri = node(rfs, fino);
+	if (!ri) {
+		fuse_reply_err(req, EIO);
 		return;
 	}
-	ri = node(rfs, fino);
-	n = ri ? data_read(rfs, ri, buf, size, (uint64_t)off) : -EIO;
-	if (ri)
-		rr_iunpin(rfs, ri);
-	if (n < 0)
-		fuse_reply_err(req, (int)-n);
-	else
-		fuse_reply_buf(req, buf, (size_t)n);
-	free(buf);
+	inode_accessed(rfs, ri);
+	if (!splice_read(req, ri, size, (uint64_t)off)) {
+		/* Page aligned, so that O_DIRECT reads land in it without a bounce. */
+		if (posix_memalign((void **)&buf, 4096, size ? size : 1)) {
+			fuse_reply_err(req, ENOMEM);
+		} else {
+			n = data_read(rfs, ri, buf, size, (uint64_t)off);
+			if (n < 0)
+				fuse_reply_err(req, (int)-n);
+			else
+				fuse_reply_buf(req, buf, (size_t)n);
+			free(buf);
+		}
+	}
+	rr_iunpin(rfs, ri);
 }
 
 static void rr_write(fuse_req_t req, fuse_ino_t fino, const char *buf, size_t size, off_t off,
@@ -954,6 +943,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t fino, size_t size, off_t off,
 {
 	struct rr_fs *rfs = rr_fs_of(req);
 	struct rr_dirh *dh = (struct rr_dirh *)(uintptr_t)fi->fh;
+	struct rr_inode *dir;
 	char *buf, *p;
 	size_t rem = size, i;
 	int ret;
@@ -967,7 +957,11 @@ static void do_readdir(fuse_req_t req, fuse_ino_t fino, size_t size, off_t off,
 			return;
 		}
 		dh->loaded = 1;
-		accessed(rfs, fino);
+		dir = node(rfs, fino);
+		if (dir) {
+			inode_accessed(rfs, dir);
+			rr_iunpin(rfs, dir);
+		}
 	}
 	buf = malloc(size);
 	if (!buf) {
