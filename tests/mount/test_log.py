@@ -64,6 +64,8 @@ def test_log_file_gets_the_messages(setup):
     assert re.search(line + r"journal: commits are transactions", text), text
     assert re.search(line + r"mballoc:", text), text
     assert all(re.match(line, l) for l in text.splitlines()), text
+    rc, out = fsck(image)
+    assert rc == 0, out
 
 
 def test_failing_background_mount_says_why(setup, tmp_path):
@@ -95,6 +97,8 @@ def test_foreground_keeps_stderr(setup):
         if p.poll() is None:
             p.kill()
     assert "journal: commits are transactions" in err, err
+    rc, out = fsck(image)
+    assert rc == 0, out
 
 
 def _write_files(mnt, n):

@@ -383,6 +383,8 @@ def test_rename_whiteout_as_the_kernel(fs):
         finally:
             subprocess.run(["umount", kmnt], check=True)
         assert got == want
+        rc, out = conftest.fsck(image)
+        assert rc == 0, out
 
 
 @pytest.mark.image(size="32M", mkfs_args=["-N", "64"])
