@@ -69,7 +69,7 @@ START_TEST(set_validates_once_and_applies)
 		get(rr_alloc_tunable_name(i));
 		ck_assert_str_ne(rr_alloc_tunable_name(i), "max_prealloc_kb");
 	}
-	ck_assert_uint_eq(i, 11);
+	ck_assert_uint_eq(i, 12);
 }
 END_TEST
 
