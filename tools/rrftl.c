@@ -103,7 +103,7 @@ struct ftl_sample {
 	uint64_t host;		/* host page writes so far */
 	double wa_interval, wa_total;
 	double live_user, live_flash;
-	double erase_mean;
+	double erase_mean, erase_cv;
 	uint64_t erase_max;
 };
 
@@ -359,7 +359,6 @@ static double ftl_ratio(uint64_t a, uint64_t b)
 static void ftl_sample(struct ftl *f)
 {
 	struct ftl_sample *x;
-	double cv;
 
 	if (f->nsamples == f->samples_cap) {
 		f->samples_cap = f->samples_cap ? 2 * f->samples_cap : 64;
@@ -375,7 +374,7 @@ static void ftl_sample(struct ftl *f)
 	x->wa_total = ftl_ratio(ftl_flash_writes(f), f->host_writes);
 	x->live_user = (double)f->mapped / f->user_pages;
 	x->live_flash = (double)f->mapped / f->phys_pages;
-	ftl_erase_stats(f, &x->erase_mean, &x->erase_max, &cv);
+	ftl_erase_stats(f, &x->erase_mean, &x->erase_max, &x->erase_cv);
 	f->last_host = f->host_writes;
 	f->last_flash = ftl_flash_writes(f);
 }
@@ -607,9 +606,9 @@ static void ftl_report(struct ftl *f, const char *path, bool json)
 
 			printf("%s\n    {\"host_writes\": %" PRIu64 ", \"wa_interval\": %.4f, \"wa_total\": %.4f, "
 			       "\"live_user\": %.4f, \"live_flash\": %.4f, \"erase_mean\": %.4f, "
-			       "\"erase_max\": %" PRIu64 "}",
+			       "\"erase_max\": %" PRIu64 ", \"erase_cv\": %.4f}",
 			       i ? "," : "", s->host, s->wa_interval, s->wa_total, s->live_user, s->live_flash,
-			       s->erase_mean, s->erase_max);
+			       s->erase_mean, s->erase_max, s->erase_cv);
 		}
 		printf("\n  ]\n}\n");
 		return;
@@ -635,14 +634,14 @@ static void ftl_report(struct ftl *f, const char *path, bool json)
 	printf("live fraction: %.4f of the user capacity, %.4f of the flash\n",
 	       (double)f->mapped / f->user_pages, (double)f->mapped / f->phys_pages);
 	if (f->nsamples) {
-		printf("\n%14s %10s %10s %10s %10s %10s %10s\n", "host writes", "WA (intv)", "WA (total)",
-		       "live/user", "live/flash", "erase mean", "erase max");
+		printf("\n%14s %10s %10s %10s %10s %10s %10s %10s\n", "host writes", "WA (intv)", "WA (total)",
+		       "live/user", "live/flash", "erase mean", "erase max", "erase cv");
 		for (i = 0; i < f->nsamples; i++) {
 			struct ftl_sample *s = &f->samples[i];
 
-			printf("%14" PRIu64 " %10.3f %10.3f %10.4f %10.4f %10.2f %10" PRIu64 "\n", s->host,
+			printf("%14" PRIu64 " %10.3f %10.3f %10.4f %10.4f %10.2f %10" PRIu64 " %10.3f\n", s->host,
 			       s->wa_interval, s->wa_total, s->live_user, s->live_flash, s->erase_mean,
-			       s->erase_max);
+			       s->erase_max, s->erase_cv);
 		}
 	}
 }

@@ -333,18 +333,23 @@ class CpuMeter:
 		return dict(busy=busy, steal=steal, total=total, mine=mine, kthreads=kthreads)
 
 	def sample(self):
+		"""Take a sample; returns it (a mark for figures())."""
 		s = self._snapshot()
+		s["nload"] = len(self.loads)
 		if self.first is None:
 			self.first = s
 		self.last = s
+		return s
 
-	def figures(self):
-		"""steal_pct, foreign_pct over the samples so far (None before two),
-		load_max and load_median of the samples."""
+	def figures(self, a=None, b=None):
+		"""steal_pct, foreign_pct between samples a and b (default: the first
+		and the last; None before two), load_max and load_median of the 1-min
+		loads sampled between them."""
+		a, b = a or self.first, b or self.last
+		loads = self.loads[a["nload"] - 1:b["nload"]] if a and b else self.loads
 		out = dict(steal_pct=None, foreign_pct=None,
-			   load_max=max(self.loads) if self.loads else None,
-			   load_median=statistics.median(self.loads) if self.loads else None)
-		a, b = self.first, self.last
+			   load_max=max(loads) if loads else None,
+			   load_median=statistics.median(loads) if loads else None)
 		if a is None or b is a or b["total"] <= a["total"]:
 			return out
 		total = b["total"] - a["total"]
