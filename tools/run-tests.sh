@@ -76,9 +76,11 @@ suite() {
 }
 
 # rrmap and rrftl (issue 17): against e2freefrag, debugfs, filefrag and the
-# analytic FTL results (20 s; a minute under ASan); rrblk2iolog on blkparse
-# text and a kernel trace (2 s); rrbench report on tiny sizes (a minute, plain
-# build only); rrbench fidelity on tiny sizes (seconds); rrmap on fuzzed images
+# analytic FTL results, uniform and hot/cold (25 s; a minute under ASan);
+# rrblk2iolog on blkparse text and a kernel trace (2 s); the report's verdict
+# rules on made-up data (1 s); rrbench report on tiny sizes (a minute and a
+# half, two at a load of 10; plain build only); rrbench fidelity on tiny sizes
+# (seconds); rrmap on fuzzed images
 # (200 cases, or as many as start within a minute: a case takes 0.3 s, 1.5 s
 # under ASan).
 evidence_tests() {

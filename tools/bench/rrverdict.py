@@ -247,7 +247,7 @@ def decide(figures, alpha=ALPHA):
 			i = sec.index(f)
 			p_d, p_e, a = pd[i], pe[i], alpha / len(sec)
 		answer, need = _answer(f, p_d, p_e, alpha)
-		if need is not None and not f.primary:
+		if need is not None and not f.primary and f.n >= 2:
 			# power for the Holm worst case: alpha / k
 			need = f.pairs_needed(a)
 			answer = "inconclusive (need %s %d pairs)" % (
