@@ -124,6 +124,28 @@ def test_rule6_quiet_machine():
     assert (busy, steal, total) == (160, 15, 995)
 
 
+def test_cpu_meter_arithmetic(monkeypatch):
+    """Made-up samples: other processes' CPU is busy time less ours and the
+    kernel threads', these thread by thread (one ends, one starts)."""
+    snaps = iter([
+        (dict(busy=1000, steal=0, total=2000, mine=100, kthreads={5: 50, 6: 10}), 0.5),
+        (dict(busy=1600, steal=20, total=3000, mine=400, kthreads={5: 150, 7: 30}), 1.5),
+        (dict(busy=1700, steal=20, total=4000, mine=450, kthreads={5: 160, 7: 30}), 1.0),
+    ])
+    m = rv.CpuMeter(1)
+    monkeypatch.setattr(m, "_snapshot", lambda: next(snaps))
+    a = m.sample()
+    b = m.sample()
+    f = m.figures(a, b)
+    assert f["steal_pct"] == pytest.approx(2.0)
+    assert f["foreign_pct"] == pytest.approx(17.0)         # (600 - 300 - 130) / 1000
+    assert (f["load_max"], f["load_median"]) == (1.5, 1.0)
+    c = m.sample()
+    assert m.figures(b, c)["foreign_pct"] == pytest.approx(4.0)     # (100 - 50 - 10) / 1000
+    assert m.figures()["foreign_pct"] == pytest.approx(10.5)        # (700 - 350 - 140) / 2000
+    assert m.figures(b, c)["load_max"] == 1.5
+
+
 def test_cpu_meter_counts_itself_as_ours():
     m = rv.CpuMeter(os.getpid())
     m.sample()

@@ -302,11 +302,20 @@ class CpuMeter:
 	"""The machine while rrbench runs: 1-min load, CPU steal and the CPU time
 	of processes that are neither ours (this process, its descendants, the
 	children it reaped) nor kernel threads (loop workers, writeback: they
-	serve everyone), from /proc/stat and /proc/PID/stat between samples."""
+	serve everyone), from /proc/stat and /proc/PID/stat.  Samples (sample(),
+	from any thread) add up what happened since the one before: kernel
+	threads come and go, so theirs is counted thread by thread (a thread
+	that ended since the last sample loses its last interval: sample often)."""
+
+	KEYS = ("busy", "steal", "total", "mine", "kthreads")
 
 	def __init__(self, me):
+		import threading
 		self.me = me
 		self.loads = []
+		self.lock = threading.Lock()
+		self.prev = None
+		self.acc = dict.fromkeys(self.KEYS, 0)
 		self.first = self.last = None
 
 	def _snapshot(self):
@@ -318,10 +327,10 @@ class CpuMeter:
 				st = _proc_stat(d)
 				if st:
 					procs[int(d)] = st
-		mine, kthreads = 0, 0
+		mine, kthreads = 0, {}
 		for pid, (ppid, flags, t) in procs.items():
 			if flags & PF_KTHREAD:
-				kthreads += t
+				kthreads[pid] = t
 				continue
 			p, seen = pid, 0
 			while p and p != self.me and p in procs and seen < 64:
@@ -329,22 +338,31 @@ class CpuMeter:
 			if p == self.me:
 				mine += t
 		with open("/proc/loadavg") as f:
-			self.loads.append(float(f.read().split()[0]))
-		return dict(busy=busy, steal=steal, total=total, mine=mine, kthreads=kthreads)
+			load = float(f.read().split()[0])
+		return dict(busy=busy, steal=steal, total=total, mine=mine, kthreads=kthreads), load
 
 	def sample(self):
-		"""Take a sample; returns it (a mark for figures())."""
-		s = self._snapshot()
-		s["nload"] = len(self.loads)
-		if self.first is None:
-			self.first = s
-		self.last = s
-		return s
+		"""Take a sample; returns the running totals (a mark for figures())."""
+		snap, load = self._snapshot()
+		with self.lock:
+			self.loads.append(load)
+			a = self.prev
+			if a is not None:
+				for k in ("busy", "steal", "total", "mine"):
+					self.acc[k] += snap[k] - a[k]
+				self.acc["kthreads"] += sum(t - a["kthreads"].get(pid, 0)
+							    for pid, t in snap["kthreads"].items())
+			self.prev = snap
+			mark = dict(self.acc, nload=len(self.loads))
+			if self.first is None:
+				self.first = mark
+			self.last = mark
+			return mark
 
 	def figures(self, a=None, b=None):
-		"""steal_pct, foreign_pct between samples a and b (default: the first
-		and the last; None before two), load_max and load_median of the 1-min
-		loads sampled between them."""
+		"""steal_pct, foreign_pct between marks a and b (default: the first
+		and the last sample; None before two), load_max and load_median of
+		the 1-min loads sampled between them."""
 		a, b = a or self.first, b or self.last
 		loads = self.loads[a["nload"] - 1:b["nload"]] if a and b else self.loads
 		out = dict(steal_pct=None, foreign_pct=None,
@@ -355,5 +373,5 @@ class CpuMeter:
 		total = b["total"] - a["total"]
 		foreign = (b["busy"] - a["busy"]) - (b["mine"] - a["mine"]) - (b["kthreads"] - a["kthreads"])
 		out["steal_pct"] = 100.0 * (b["steal"] - a["steal"]) / total
-		out["foreign_pct"] = max(0.0, 100.0 * foreign / total)
+		out["foreign_pct"] = min(100.0, max(0.0, 100.0 * foreign / total))
 		return out
