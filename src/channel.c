@@ -20,12 +20,17 @@
  *   that handles it (libfuse's session loops read and process a request in
  *   one thread).  This is why rrfuse never asks for splice reads: a spliced
  *   request's header would not pass through read() here (rr_init).
+ * - Carry requests over io_uring (-o io_uring, src/uring.c): the ring's
+ *   threads pass each request through chan_take_request, and the replies
+ *   libfuse writes for them come back through chan_writev to their entry.
  */
 #include "channel.h"
 #include "ops.h"
 #include "rrfs.h"
 #include "rrfuse/rrctl.h"
 #include "log.h"
+#include "uring.h"
+#include "rrfuse/fuse_uring.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -38,8 +43,11 @@
 
 static struct {
 	struct rr_fs *rfs;
-	/* The INIT request's id while its reply is due and may ask for KILLPRIV_V2; 0 otherwise. */
+	struct fuse_session *se;
+	int fd;			/* /dev/fuse */
+	/* The INIT request's id while its reply is due; 0 otherwise.  What the kernel offered: */
 	_Atomic uint64_t init_unique;
+	int init_killpriv_v2, init_uring;
 	_Atomic uint64_t requests[RRCTL_NREQ];	/* by opcode, for rrctl -s */
 } chan;
 
@@ -102,10 +110,22 @@ static void note_request(const void *buf, ssize_t len)
 		break;
 	case FUSE_INIT:
 		init = request_arg(buf, len, offsetof(struct fuse_init_in, flags) + sizeof(init->flags));
-		if (init && init->major == FUSE_KERNEL_VERSION && (init->flags & FUSE_HANDLE_KILLPRIV_V2))
-			atomic_store(&chan.init_unique, h->unique);
+		if (!init || init->major != FUSE_KERNEL_VERSION)
+			break;
+		chan.init_killpriv_v2 = !!(init->flags & FUSE_HANDLE_KILLPRIV_V2);
+		chan.init_uring = (init->flags & FUSE_INIT_EXT) && request_arg(buf, len, sizeof(*init)) &&
+				  (init->flags2 & RR_FUSE_OVER_IO_URING_FLAGS2);
+		atomic_store(&chan.init_unique, h->unique);
 		break;
 	}
+}
+
+/* A reply: into the ring entry this thread serves, if the reply is its request's, else to /dev/fuse. */
+static ssize_t send_reply(int fd, struct iovec *iov, int count)
+{
+	ssize_t r;
+
+	return uring_send(iov, count, &r) ? r : writev(fd, iov, count);
 }
 
 /*
@@ -128,7 +148,7 @@ static int answer_statx(int fd, const void *buf, ssize_t len)
 	out.error = ret;
 	out.len = (uint32_t)(sizeof(out) + (ret ? 0 : sizeof(sx)));
 	/* A failed reply (the request was interrupted, the mount aborted) has no one to tell. */
-	if (writev(fd, iov, ret ? 1 : 2) < 0)
+	if (send_reply(fd, iov, ret ? 1 : 2) < 0)
 		rr_log(LOG_DEBUG, "statx reply: %s", strerror(errno));
 	return 1;
 }
@@ -146,36 +166,93 @@ static ssize_t chan_read(int fd, void *buf, size_t len, void *userdata)
 	return n;
 }
 
-/* The INIT reply, if this is it: it asks for KILLPRIV_V2 too. */
-static void amend_init_reply(struct iovec *iov, int count)
+/*
+ * The INIT reply, if this is it: it asks for KILLPRIV_V2 too when the
+ * kernel offered it.  The payload the kernel may then pass in one request
+ * or reply (fs/fuse/dev_uring.c: fuse_uring_create); 0 when this is not a
+ * successful INIT reply.
+ */
+static size_t amend_init_reply(struct iovec *iov, int count)
 {
 	uint64_t unique = atomic_load(&chan.init_unique);
 	const struct fuse_out_header *h = iov[0].iov_base;
 	struct fuse_init_out *out;
+	size_t payload = FUSE_MIN_READ_BUFFER, pages = 32;	/* FUSE_DEFAULT_MAX_PAGES_PER_REQ */
 
 	if (!unique || count < 2 || iov[0].iov_len != sizeof(*h) || h->unique != unique)
-		return;
+		return 0;
 	atomic_store(&chan.init_unique, 0);
-	if (h->error || iov[1].iov_len < offsetof(struct fuse_init_out, flags) + sizeof(out->flags))
-		return;
+	if (h->error || iov[1].iov_len < offsetof(struct fuse_init_out, max_pages) + sizeof(out->max_pages))
+		return 0;
 	out = iov[1].iov_base;
-	out->flags |= FUSE_HANDLE_KILLPRIV_V2;
-	chan.rfs->killpriv_v2 = 1;
+	if (chan.init_killpriv_v2) {
+		out->flags |= FUSE_HANDLE_KILLPRIV_V2;
+		chan.rfs->killpriv_v2 = 1;
+	}
+	if (out->flags & FUSE_MAX_PAGES)
+		pages = out->max_pages;
+	if (payload < out->max_write)
+		payload = out->max_write;
+	if (payload < pages * (size_t)sysconf(_SC_PAGESIZE))
+		payload = pages * (size_t)sysconf(_SC_PAGESIZE);
+	return payload;
+}
+
+/* After the INIT reply: the ring, if asked for and offered. */
+static void start_ring(int fd, size_t payload)
+{
+	if (!chan.rfs->opts.io_uring)
+		return;
+	if (chan.rfs->opts.single) {
+		rr_log(LOG_NOTICE, "io_uring: not with -s (one thread serves every request); requests stay "
+				   "on /dev/fuse");
+		return;
+	}
+	if (!chan.init_uring) {
+		rr_log(LOG_NOTICE, "io_uring: the kernel does not offer FUSE over io_uring (Linux 6.14 with "
+				   "/sys/module/fuse/parameters/enable_uring set); requests stay on /dev/fuse");
+		return;
+	}
+	uring_start(chan.se, fd, payload);
 }
 
 static ssize_t chan_writev(int fd, struct iovec *iov, int count, void *userdata)
 {
+	size_t init_payload;
+	ssize_t r;
+
 	(void)userdata;
-	amend_init_reply(iov, count);
-	return writev(fd, iov, count);
+	if (uring_send(iov, count, &r))
+		return r;
+	init_payload = amend_init_reply(iov, count);
+	r = writev(fd, iov, count);
+	/* The kernel takes ring commands once it has the INIT reply. */
+	if (r > 0 && init_payload)
+		start_ring(fd, init_payload);
+	return r;
 }
 
 /* Replies spliced from a pipe (libfuse offers FUSE_CAP_SPLICE_WRITE only with this). */
 static ssize_t chan_splice_send(int fdin, off_t *offin, int fdout, off_t *offout, size_t len,
 				unsigned int flags, void *userdata)
 {
+	ssize_t r;
+
 	(void)userdata;
+	if (uring_send_pipe(fdin, len, &r))
+		return r;
 	return splice(fdin, offin, fdout, offout, len, flags);
+}
+
+int chan_take_request(const void *buf, size_t len)
+{
+	note_request(buf, (ssize_t)len);
+	return answer_statx(chan.fd, buf, (ssize_t)len);
+}
+
+void chan_detach(void)
+{
+	uring_stop();
 }
 
 int chan_attach(struct fuse_session *se, struct rr_fs *rfs)
@@ -185,6 +262,9 @@ int chan_attach(struct fuse_session *se, struct rr_fs *rfs)
 	};
 
 	chan.rfs = rfs;
+	chan.se = se;
+	chan.fd = fuse_session_fd(se);
 	rfs->requests = chan.requests;
-	return fuse_session_custom_io(se, &io, fuse_session_fd(se));
+	rfs->ring = uring_stats();
+	return fuse_session_custom_io(se, &io, chan.fd);
 }

@@ -1,0 +1,398 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * FUSE requests over io_uring (Linux 6.14, protocol 7.42; fs/fuse/dev_uring.c).
+ *
+ * The kernel keeps a queue per possible CPU and puts a request on the queue
+ * of the CPU its caller runs on.  A queue's entries are buffers the server
+ * registered with an IORING_OP_URING_CMD on the /dev/fuse descriptor
+ * (FUSE_IO_URING_CMD_REGISTER): the command completes when a request has
+ * been copied into the entry, and the server answers by writing the reply
+ * into the same buffers and sending FUSE_IO_URING_CMD_COMMIT_AND_FETCH,
+ * which also offers the entry for the next request.  The kernel uses the
+ * ring only once every queue has an entry waiting; FORGET, INTERRUPT and
+ * notifications stay on /dev/fuse, which libfuse's loop keeps reading.
+ *
+ * One thread per entry, each with an io_uring of its own, pinned to its
+ * queue's CPU: an entry the kernel can hand a request to always has a
+ * thread waiting on it.  A thread serving several entries would hold the
+ * requests queued to the others while its handler waits, and a handler
+ * may wait on the kernel: a notification (inval_inode before a reply,
+ * lseek's launder) can need a WRITE served first, which the kernel queues
+ * on this CPU's queue.  With a thread per entry that WRITE goes to another
+ * idle entry, as it goes to another libfuse worker on /dev/fuse.
+ *
+ * The handlers are libfuse's, unchanged: the entry's header, opcode
+ * argument and payload are laid out again as /dev/fuse would deliver them
+ * and given to fuse_session_process_buf; the reply libfuse writes through
+ * the channel (chan_writev) comes here (uring_send) for the thread's
+ * current entry.  The payload buffer is page-aligned and the request is
+ * rebuilt in front of it, so a WRITE's data is not copied.
+ */
+#include "uring.h"
+#include "channel.h"
+#include "ops.h"
+#include "log.h"
+#include "rrfs.h"
+#include "rrfuse/fuse_uring.h"
+
+#include <errno.h>
+#include <liburing.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Entries, over all queues, when there are few CPUs: about the threads of libfuse's loop (main.c: serve). */
+#define URING_THREADS 16
+#define URING_MIN_DEPTH 2
+/* How often an idle thread looks whether rrfuse is stopping. */
+#define URING_IDLE_POLL_MS 500
+
+struct uring_ent {
+	struct rr_fuse_uring_req_header hdr;
+	struct iovec iov[2];
+	struct io_uring ring;
+	char *area;		/* page | payload: the request is rebuilt at the end of the first page */
+	char *payload;
+	uint64_t commit_id;
+	unsigned int qid;
+	int last_cmd;		/* RR_FUSE_IO_URING_CMD_*: what a failed completion refers to */
+	int replied;
+	pthread_t thread;
+	int started;
+};
+
+static struct {
+	struct fuse_session *se;
+	int fd;
+	size_t payload;
+	size_t page;
+	unsigned int nent;
+	struct uring_ent *ent;
+	atomic_int stopping;
+	atomic_int refused;	/* logged once */
+	struct rr_ring_stats stats;
+} ur;
+
+static __thread struct uring_ent *cur;
+
+/* The kernel's num_possible_cpus(): queue ids are CPU numbers below it. */
+static unsigned int possible_cpus(void)
+{
+	FILE *f = fopen("/sys/devices/system/cpu/possible", "r");
+	unsigned int lo = 0, hi = 0;
+	int n = 0;
+
+	if (f) {
+		n = fscanf(f, "%u-%u", &lo, &hi);
+		fclose(f);
+	}
+	if (n == 2)
+		return hi + 1;
+	if (n == 1)
+		return lo + 1;
+	return (unsigned int)sysconf(_SC_NPROCESSORS_CONF);
+}
+
+static void refuse(const char *what, int err)
+{
+	if (!atomic_exchange(&ur.refused, 1))
+		rr_log(LOG_NOTICE, "io_uring: %s: %s; requests stay on /dev/fuse", what, strerror(err));
+}
+
+/* Hand the kernel a command for e's entry: REGISTER its buffers, or COMMIT_AND_FETCH. */
+static int submit_cmd(struct uring_ent *e, int cmd)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&e->ring);
+	struct rr_fuse_uring_cmd_req *req;
+	int r;
+
+	if (!sqe)
+		return -EBUSY;
+	/* An SQE128: the second half is the command's. */
+	memset(sqe, 0, 2 * sizeof(*sqe));
+	sqe->opcode = IORING_OP_URING_CMD;
+	sqe->fd = ur.fd;
+	sqe->cmd_op = (__u32)cmd;
+	sqe->addr = (uintptr_t)e->iov;
+	sqe->len = 2;
+	req = (struct rr_fuse_uring_cmd_req *)sqe->cmd;
+	req->qid = (uint16_t)e->qid;
+	req->commit_id = cmd == RR_FUSE_IO_URING_CMD_COMMIT_AND_FETCH ? e->commit_id : 0;
+	e->last_cmd = cmd;
+	r = io_uring_submit(&e->ring);
+	return r == 1 ? 0 : r < 0 ? r : -EIO;
+}
+
+/* The reply header for the current request, no payload. */
+static void reply_error(struct uring_ent *e, int err)
+{
+	struct fuse_out_header out = {
+		.len = sizeof(out), .error = -err, .unique = e->commit_id,
+	};
+
+	memcpy(e->hdr.in_out, &out, sizeof(out));
+	e->hdr.ring_ent_in_out.payload_sz = 0;
+	e->replied = 1;
+}
+
+/* The request in e, laid out as /dev/fuse delivers it, through the channel and libfuse. */
+static void serve_request(struct uring_ent *e)
+{
+	struct fuse_in_header in;
+	size_t payload = e->hdr.ring_ent_in_out.payload_sz, arg;
+	char *req;
+
+	memcpy(&in, e->hdr.in_out, sizeof(in));
+	e->commit_id = e->hdr.ring_ent_in_out.commit_id;
+	e->replied = 0;
+	atomic_fetch_add_explicit(&ur.stats.requests, 1, memory_order_relaxed);
+	/* The opcode's argument is what the length leaves beside the header and the payload. */
+	if (payload > ur.payload || in.len < sizeof(in) + payload ||
+	    (arg = in.len - sizeof(in) - payload) > sizeof(e->hdr.op_in)) {
+		rr_log(LOG_ERR, "io_uring: malformed request (opcode %u, length %u, payload %zu)", in.opcode,
+		       in.len, payload);
+		reply_error(e, EIO);
+		return;
+	}
+	req = e->payload - arg - sizeof(in);
+	memcpy(req, &in, sizeof(in));
+	memcpy(req + sizeof(in), e->hdr.op_in, arg);
+	cur = e;
+	if (!chan_take_request(req, in.len)) {
+		struct fuse_buf buf = { .mem = req, .size = in.len };
+
+		fuse_session_process_buf(ur.se, &buf);
+	}
+	cur = NULL;
+	if (!e->replied) {
+		/* Every request the ring carries wants a reply; the entry comes back only with one. */
+		rr_log(LOG_ERR, "io_uring: no reply to opcode %u: EIO", in.opcode);
+		reply_error(e, EIO);
+	}
+}
+
+int uring_send(const struct iovec *iov, int count, ssize_t *ret)
+{
+	struct uring_ent *e = cur;
+	const struct fuse_out_header *out;
+	size_t n = 0;
+
+	if (!e || count < 1 || iov[0].iov_len != sizeof(*out))
+		return 0;
+	out = iov[0].iov_base;
+	if (out->unique != e->commit_id || e->replied)
+		return 0;
+	for (int i = 1; i < count; i++) {
+		if (iov[i].iov_len > ur.payload - n) {
+			errno = EINVAL;
+			*ret = -1;
+			return 1;
+		}
+		/* A reply may point into the request it answers, which shares the buffer. */
+		memmove(e->payload + n, iov[i].iov_base, iov[i].iov_len);
+		n += iov[i].iov_len;
+	}
+	memcpy(e->hdr.in_out, out, sizeof(*out));
+	e->hdr.ring_ent_in_out.payload_sz = (uint32_t)n;
+	e->replied = 1;
+	*ret = (ssize_t)(sizeof(*out) + n);
+	return 1;
+}
+
+/* All of len bytes from fd into buf, or -1. */
+static int read_full(int fd, void *buf, size_t len)
+{
+	while (len) {
+		ssize_t r = read(fd, buf, len);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -1;
+		buf = (char *)buf + r;
+		len -= (size_t)r;
+	}
+	return 0;
+}
+
+int uring_send_pipe(int pipe_fd, size_t len, ssize_t *ret)
+{
+	struct uring_ent *e = cur;
+	struct fuse_out_header out;
+
+	if (!e || e->replied)
+		return 0;
+	*ret = -1;
+	if (len < sizeof(out) || len - sizeof(out) > ur.payload) {
+		errno = EINVAL;
+		return 1;
+	}
+	if (read_full(pipe_fd, &out, sizeof(out)) || out.unique != e->commit_id ||
+	    read_full(pipe_fd, e->payload, len - sizeof(out))) {
+		errno = EIO;
+		return 1;
+	}
+	memcpy(e->hdr.in_out, &out, sizeof(out));
+	e->hdr.ring_ent_in_out.payload_sz = (uint32_t)(len - sizeof(out));
+	e->replied = 1;
+	*ret = (ssize_t)len;
+	return 1;
+}
+
+/* The kernel's word that this connection is over (unmount, abort, a dead daemon's ring). */
+static int is_teardown(int err)
+{
+	return err == -ENOTCONN || err == -ECONNABORTED || err == -ECANCELED || err == -ENODEV;
+}
+
+static int ring_init(struct uring_ent *e)
+{
+	/* Completions run only when the thread waits for them, in its own context. */
+	int r = io_uring_queue_init(4, &e->ring,
+				    IORING_SETUP_SQE128 | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN);
+
+	if (r == -EINVAL)
+		r = io_uring_queue_init(4, &e->ring, IORING_SETUP_SQE128);
+	return r;
+}
+
+/* Register e's entry; serve what arrives in it until the connection ends or rrfuse stops. */
+static void *ent_thread(void *arg)
+{
+	struct __kernel_timespec idle = { .tv_nsec = URING_IDLE_POLL_MS * 1000000L };
+	struct uring_ent *e = arg;
+	struct io_uring_cqe *cqe;
+	cpu_set_t cpus;
+	int r, failed = 0;
+
+	/* The kernel queues a request on its caller's CPU; serving it there keeps it warm. */
+	CPU_ZERO(&cpus);
+	CPU_SET(e->qid, &cpus);
+	pthread_setaffinity_np(pthread_self(), sizeof(cpus), &cpus);
+	r = ring_init(e);
+	if (r < 0) {
+		refuse("cannot set up an io_uring", -r);
+		return NULL;
+	}
+	r = submit_cmd(e, RR_FUSE_IO_URING_CMD_REGISTER);
+	if (r < 0) {
+		refuse("cannot register a ring entry", -r);
+		goto out;
+	}
+	atomic_fetch_add(&ur.stats.entries, 1);
+	for (;;) {
+		r = io_uring_wait_cqe_timeout(&e->ring, &cqe, &idle);
+		if (r == -ETIME || r == -EINTR) {
+			if (atomic_load(&ur.stopping))
+				break;
+			continue;
+		}
+		if (r < 0) {
+			rr_log(LOG_ERR, "io_uring: waiting for requests: %s", strerror(-r));
+			break;
+		}
+		r = cqe->res;
+		io_uring_cqe_seen(&e->ring, cqe);
+		if (r < 0) {
+			if (is_teardown(r))
+				break;
+			if (e->last_cmd == RR_FUSE_IO_URING_CMD_REGISTER) {
+				refuse("the kernel refused a ring entry", -r);
+				break;
+			}
+			/*
+			 * The kernel no longer had the request (it ended
+			 * meanwhile): the entry is gone with it.  Offer the
+			 * buffers again as a new one.
+			 */
+			rr_log(LOG_DEBUG, "io_uring: commit of request %llu: %s", (unsigned long long)e->commit_id,
+			       strerror(-r));
+			if (++failed > 8 || submit_cmd(e, RR_FUSE_IO_URING_CMD_REGISTER) < 0)
+				break;
+			continue;
+		}
+		failed = 0;
+		serve_request(e);
+		r = submit_cmd(e, RR_FUSE_IO_URING_CMD_COMMIT_AND_FETCH);
+		if (r < 0) {
+			if (!is_teardown(r))
+				rr_log(LOG_ERR, "io_uring: cannot commit a reply: %s", strerror(-r));
+			break;
+		}
+	}
+	atomic_fetch_sub(&ur.stats.entries, 1);
+out:
+	/* Closing the ring cancels a command still waiting in the kernel. */
+	io_uring_queue_exit(&e->ring);
+	return NULL;
+}
+
+void uring_start(struct fuse_session *se, int fd, size_t payload)
+{
+	unsigned int queues = possible_cpus(), depth, i;
+	pthread_attr_t attr;
+	sigset_t all, old;
+
+	ur.page = (size_t)sysconf(_SC_PAGESIZE);
+	ur.se = se;
+	ur.fd = fd;
+	ur.payload = (payload + ur.page - 1) & ~(ur.page - 1);
+	depth = URING_THREADS / queues > URING_MIN_DEPTH ? URING_THREADS / queues : URING_MIN_DEPTH;
+	ur.nent = queues * depth;
+	ur.stats.queues = queues;
+	ur.stats.wanted = ur.nent;
+	ur.ent = calloc(ur.nent, sizeof(*ur.ent));
+	if (!ur.ent) {
+		refuse("no memory for the ring", ENOMEM);
+		return;
+	}
+	/* The threads take no signals: libfuse's handlers run in the main thread. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	pthread_attr_init(&attr);
+	/* A handler's stack is what libfuse's workers get by default. */
+	for (i = 0; i < ur.nent; i++) {
+		struct uring_ent *e = &ur.ent[i];
+		int r;
+
+		e->qid = i / depth;
+		e->area = aligned_alloc(ur.page, ur.page + ur.payload);
+		if (!e->area) {
+			refuse("no memory for the ring", ENOMEM);
+			break;
+		}
+		e->payload = e->area + ur.page;
+		e->iov[0] = (struct iovec){ &e->hdr, sizeof(e->hdr) };
+		e->iov[1] = (struct iovec){ e->payload, ur.payload };
+		r = pthread_create(&e->thread, &attr, ent_thread, e);
+		if (r) {
+			refuse("cannot start a ring thread", r);
+			break;
+		}
+		e->started = 1;
+	}
+	pthread_attr_destroy(&attr);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+void uring_stop(void)
+{
+	atomic_store(&ur.stopping, 1);
+	for (unsigned int i = 0; ur.ent && i < ur.nent; i++) {
+		if (ur.ent[i].started)
+			pthread_join(ur.ent[i].thread, NULL);
+		free(ur.ent[i].area);
+	}
+	free(ur.ent);
+	ur.ent = NULL;
+	ur.nent = 0;
+}
+
+const struct rr_ring_stats *uring_stats(void)
+{
+	return &ur.stats;
+}

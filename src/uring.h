@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+#ifndef RRFUSE_URING_H
+#define RRFUSE_URING_H
+
+#include <stddef.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+struct fuse_session;
+struct rr_ring_stats;
+
+/*
+ * FUSE requests over io_uring (-o io_uring, protocol 7.42): once the INIT
+ * reply is written (the kernel refuses ring commands before), start a
+ * thread per ring entry, on every queue (one per possible CPU); payload:
+ * the largest request or reply payload the kernel will pass (max_write,
+ * max_pages).  The kernel moves requests to the ring once every queue has
+ * an entry; until then, and for FORGET, INTERRUPT and notifications, /dev/fuse
+ * (fd) carries them.  A refusal is logged once; /dev/fuse then serves.
+ */
+void uring_start(struct fuse_session *se, int fd, size_t payload);
+
+/* After the session ended and the mount is gone: wait for the ring's threads. */
+void uring_stop(void);
+
+/*
+ * A reply (iov[0] the fuse_out_header) to the request this thread serves
+ * from a ring entry: copied into the entry, committed when the handler
+ * returns.  1 with *ret the bytes taken (or -1 and errno); 0 when this
+ * thread serves no ring entry or the reply is not its request's (a
+ * notification): it goes to /dev/fuse.
+ */
+int uring_send(const struct iovec *iov, int count, ssize_t *ret);
+
+/* The same for a reply libfuse spliced into a pipe: len bytes of it, header first. */
+int uring_send_pipe(int pipe_fd, size_t len, ssize_t *ret);
+
+/* The counters rrctl -s shows (rr_fs.ring). */
+const struct rr_ring_stats *uring_stats(void);
+
+#endif
