@@ -166,69 +166,81 @@ static ssize_t chan_read(int fd, void *buf, size_t len, void *userdata)
 	return n;
 }
 
+/* The payload the kernel may pass in one request or reply (fs/fuse/dev_uring.c: fuse_uring_create). */
+static size_t ring_payload(const struct fuse_init_out *out)
+{
+	size_t payload = FUSE_MIN_READ_BUFFER, pages = 32;	/* FUSE_DEFAULT_MAX_PAGES_PER_REQ */
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+
+	if (out->flags & FUSE_MAX_PAGES)
+		pages = out->max_pages;
+	if (payload < out->max_write)
+		payload = out->max_write;
+	if (payload < pages * page)
+		payload = pages * page;
+	return payload;
+}
+
+/* The ring, if asked for and offered: 1 when its threads are ready for the INIT reply to ask for it. */
+static int prepare_ring(int fd, const struct fuse_init_out *out)
+{
+	if (!chan.rfs->opts.io_uring)
+		return 0;
+	if (chan.rfs->opts.single) {
+		rr_log(LOG_NOTICE, "io_uring: not with -s (one thread serves every request); requests stay "
+				   "on /dev/fuse");
+		return 0;
+	}
+	if (!chan.init_uring) {
+		rr_log(LOG_NOTICE, "io_uring: the kernel does not offer FUSE over io_uring (Linux 6.14 with "
+				   "/sys/module/fuse/parameters/enable_uring set); requests stay on /dev/fuse");
+		return 0;
+	}
+	return !uring_prepare(chan.se, fd, ring_payload(out));
+}
+
 /*
  * The INIT reply, if this is it: it asks for KILLPRIV_V2 too when the
- * kernel offered it.  The payload the kernel may then pass in one request
- * or reply (fs/fuse/dev_uring.c: fuse_uring_create); 0 when this is not a
- * successful INIT reply.
+ * kernel offered it, and for the ring when rrfuse is ready to serve it.
+ * 1 when it asks for the ring.
  */
-static size_t amend_init_reply(struct iovec *iov, int count)
+static int amend_init_reply(int fd, struct iovec *iov, int count)
 {
 	uint64_t unique = atomic_load(&chan.init_unique);
 	const struct fuse_out_header *h = iov[0].iov_base;
 	struct fuse_init_out *out;
-	size_t payload = FUSE_MIN_READ_BUFFER, pages = 32;	/* FUSE_DEFAULT_MAX_PAGES_PER_REQ */
 
 	if (!unique || count < 2 || iov[0].iov_len != sizeof(*h) || h->unique != unique)
 		return 0;
 	atomic_store(&chan.init_unique, 0);
-	if (h->error || iov[1].iov_len < offsetof(struct fuse_init_out, max_pages) + sizeof(out->max_pages))
+	if (h->error || iov[1].iov_len < offsetof(struct fuse_init_out, flags) + sizeof(out->flags))
 		return 0;
 	out = iov[1].iov_base;
 	if (chan.init_killpriv_v2) {
 		out->flags |= FUSE_HANDLE_KILLPRIV_V2;
 		chan.rfs->killpriv_v2 = 1;
 	}
-	if (out->flags & FUSE_MAX_PAGES)
-		pages = out->max_pages;
-	if (payload < out->max_write)
-		payload = out->max_write;
-	if (payload < pages * (size_t)sysconf(_SC_PAGESIZE))
-		payload = pages * (size_t)sysconf(_SC_PAGESIZE);
-	return payload;
-}
-
-/* After the INIT reply: the ring, if asked for and offered. */
-static void start_ring(int fd, size_t payload)
-{
-	if (!chan.rfs->opts.io_uring)
-		return;
-	if (chan.rfs->opts.single) {
-		rr_log(LOG_NOTICE, "io_uring: not with -s (one thread serves every request); requests stay "
-				   "on /dev/fuse");
-		return;
-	}
-	if (!chan.init_uring) {
-		rr_log(LOG_NOTICE, "io_uring: the kernel does not offer FUSE over io_uring (Linux 6.14 with "
-				   "/sys/module/fuse/parameters/enable_uring set); requests stay on /dev/fuse");
-		return;
-	}
-	uring_start(chan.se, fd, payload);
+	if (iov[1].iov_len < offsetof(struct fuse_init_out, flags2) + sizeof(out->flags2) ||
+	    !prepare_ring(fd, out))
+		return 0;
+	out->flags |= FUSE_INIT_EXT;
+	out->flags2 |= RR_FUSE_OVER_IO_URING_FLAGS2;
+	return 1;
 }
 
 static ssize_t chan_writev(int fd, struct iovec *iov, int count, void *userdata)
 {
-	size_t init_payload;
 	ssize_t r;
+	int ring;
 
 	(void)userdata;
 	if (uring_send(iov, count, &r))
 		return r;
-	init_payload = amend_init_reply(iov, count);
+	ring = amend_init_reply(fd, iov, count);
 	r = writev(fd, iov, count);
 	/* The kernel takes ring commands once it has the INIT reply. */
-	if (r > 0 && init_payload)
-		start_ring(fd, init_payload);
+	if (ring)
+		uring_go(r > 0);
 	return r;
 }
 

@@ -27,8 +27,8 @@ static void ctl_io_stats(struct rr_fs *rfs, struct rrctl_stats *s)
 	if (rfs->ring) {
 		s->ring_requests = atomic_load_explicit(&rfs->ring->requests, memory_order_relaxed);
 		s->ring_entries = atomic_load_explicit(&rfs->ring->entries, memory_order_relaxed);
-		s->ring_wanted = rfs->ring->wanted;
-		s->ring_queues = rfs->ring->queues;
+		s->ring_wanted = atomic_load_explicit(&rfs->ring->wanted, memory_order_relaxed);
+		s->ring_queues = atomic_load_explicit(&rfs->ring->queues, memory_order_relaxed);
 	}
 	io_dev_stats(rfs->fs->io, &d);
 	s->io_meta_reads = d.meta_reads;

@@ -156,8 +156,8 @@ struct jw;
 struct rr_ring_stats {
 	_Atomic uint64_t requests;	/* requests that came over the ring (of rr_fs.requests) */
 	_Atomic uint32_t entries;	/* ring entries registered and served now */
-	uint32_t wanted;		/* entries started: every queue's */
-	uint32_t queues;		/* the kernel's queues, one per possible CPU */
+	_Atomic uint32_t wanted;	/* entries started: every queue's */
+	_Atomic uint32_t queues;	/* the kernel's queues, one per possible CPU */
 };
 
 /*

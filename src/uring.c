@@ -36,6 +36,7 @@
 #include "rrfuse/fuse_uring.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <liburing.h>
 #include <pthread.h>
 #include <sched.h>
@@ -63,19 +64,24 @@ struct uring_ent {
 	int replied;
 	pthread_t thread;
 	int started;
+	int ring_ok;		/* ring set up: closed by uring_stop, which cancels a waiting command */
 };
 
 static struct {
 	struct fuse_session *se;
-	int fd;
+	int fd, own_fd;
 	size_t payload;
 	size_t page;
 	unsigned int nent;
 	struct uring_ent *ent;
 	atomic_int stopping;
+	pthread_mutex_t lock;	/* for the start: */
+	pthread_cond_t cond;
+	unsigned int set_up, failed;	/* threads with their io_uring set up, or failed to */
+	int go;			/* 1: register; -1: quit (the INIT reply did not ask for the ring) */
 	atomic_int refused;	/* logged once */
 	struct rr_ring_stats stats;
-} ur;
+} ur = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
 
 static __thread struct uring_ent *cur;
 
@@ -274,13 +280,31 @@ static void *ent_thread(void *arg)
 	CPU_SET(e->qid, &cpus);
 	pthread_setaffinity_np(pthread_self(), sizeof(cpus), &cpus);
 	r = ring_init(e);
-	if (r < 0) {
+	if (r < 0)
 		refuse("cannot set up an io_uring", -r);
+	/* Registered only once the INIT reply asked for the ring (uring_prepare, uring_go). */
+	pthread_mutex_lock(&ur.lock);
+	if (r < 0)
+		ur.failed++;
+	else
+		e->ring_ok = 1;
+	ur.set_up++;
+	pthread_cond_broadcast(&ur.cond);
+	while (!ur.go)
+		pthread_cond_wait(&ur.cond, &ur.lock);
+	pthread_mutex_unlock(&ur.lock);
+	if (r < 0 || ur.go < 0)
 		return NULL;
-	}
 	r = submit_cmd(e, RR_FUSE_IO_URING_CMD_REGISTER);
 	if (r < 0) {
+		/*
+		 * This queue may be left without an entry, and the kernel,
+		 * told to use the ring, holds every request until all have
+		 * one: a registration it refuses makes it give up the ring.
+		 */
 		refuse("cannot register a ring entry", -r);
+		e->qid = UINT16_MAX;
+		submit_cmd(e, RR_FUSE_IO_URING_CMD_REGISTER);
 		goto out;
 	}
 	atomic_fetch_add(&ur.stats.entries, 1);
@@ -304,13 +328,18 @@ static void *ent_thread(void *arg)
 				refuse("the kernel refused a ring entry", -r);
 				break;
 			}
+			if (r != -ENOENT) {
+				rr_log(LOG_ERR, "io_uring: commit of request %llu: %s",
+				       (unsigned long long)e->commit_id, strerror(-r));
+				break;
+			}
 			/*
 			 * The kernel no longer had the request (it ended
 			 * meanwhile): the entry is gone with it.  Offer the
 			 * buffers again as a new one.
 			 */
-			rr_log(LOG_DEBUG, "io_uring: commit of request %llu: %s", (unsigned long long)e->commit_id,
-			       strerror(-r));
+			rr_log(LOG_DEBUG, "io_uring: request %llu ended before its reply",
+			       (unsigned long long)e->commit_id);
 			if (++failed > 8 || submit_cmd(e, RR_FUSE_IO_URING_CMD_REGISTER) < 0)
 				break;
 			continue;
@@ -326,35 +355,45 @@ static void *ent_thread(void *arg)
 	}
 	atomic_fetch_sub(&ur.stats.entries, 1);
 out:
-	/* Closing the ring cancels a command still waiting in the kernel. */
-	io_uring_queue_exit(&e->ring);
+	/*
+	 * The ring stays mapped until uring_stop: liburing maps it with raw
+	 * system calls, and a sanitizer that saw no munmap would take another
+	 * thread's ring at the same address for this one.
+	 */
 	return NULL;
 }
 
-void uring_start(struct fuse_session *se, int fd, size_t payload)
+/* Wait for the threads started; join them and free what they had.  Under ur.lock for the first. */
+static void join_all(void)
 {
-	unsigned int queues = possible_cpus(), depth, i;
+	for (unsigned int i = 0; ur.ent && i < ur.nent; i++) {
+		if (ur.ent[i].started)
+			pthread_join(ur.ent[i].thread, NULL);
+		if (ur.ent[i].ring_ok)
+			io_uring_queue_exit(&ur.ent[i].ring);
+		free(ur.ent[i].area);
+	}
+	free(ur.ent);
+	ur.ent = NULL;
+	ur.nent = 0;
+	if (ur.own_fd)
+		close(ur.fd);
+	ur.own_fd = 0;
+	atomic_store(&ur.stats.wanted, 0);
+}
+
+/* Start every entry's thread; 0 once all have their io_uring, or -1 (said once). */
+static int start_threads(unsigned int depth)
+{
+	unsigned int i, started = 0;
 	pthread_attr_t attr;
 	sigset_t all, old;
+	int ret = 0;
 
-	ur.page = (size_t)sysconf(_SC_PAGESIZE);
-	ur.se = se;
-	ur.fd = fd;
-	ur.payload = (payload + ur.page - 1) & ~(ur.page - 1);
-	depth = URING_THREADS / queues > URING_MIN_DEPTH ? URING_THREADS / queues : URING_MIN_DEPTH;
-	ur.nent = queues * depth;
-	ur.stats.queues = queues;
-	ur.stats.wanted = ur.nent;
-	ur.ent = calloc(ur.nent, sizeof(*ur.ent));
-	if (!ur.ent) {
-		refuse("no memory for the ring", ENOMEM);
-		return;
-	}
 	/* The threads take no signals: libfuse's handlers run in the main thread. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, &old);
 	pthread_attr_init(&attr);
-	/* A handler's stack is what libfuse's workers get by default. */
 	for (i = 0; i < ur.nent; i++) {
 		struct uring_ent *e = &ur.ent[i];
 		int r;
@@ -363,6 +402,7 @@ void uring_start(struct fuse_session *se, int fd, size_t payload)
 		e->area = aligned_alloc(ur.page, ur.page + ur.payload);
 		if (!e->area) {
 			refuse("no memory for the ring", ENOMEM);
+			ret = -1;
 			break;
 		}
 		e->payload = e->area + ur.page;
@@ -371,25 +411,67 @@ void uring_start(struct fuse_session *se, int fd, size_t payload)
 		r = pthread_create(&e->thread, &attr, ent_thread, e);
 		if (r) {
 			refuse("cannot start a ring thread", r);
+			ret = -1;
 			break;
 		}
 		e->started = 1;
+		started++;
 	}
 	pthread_attr_destroy(&attr);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_mutex_lock(&ur.lock);
+	while (ur.set_up < started)
+		pthread_cond_wait(&ur.cond, &ur.lock);
+	if (ur.failed)
+		ret = -1;
+	pthread_mutex_unlock(&ur.lock);
+	return ret;
+}
+
+int uring_prepare(struct fuse_session *se, int fd, size_t payload)
+{
+	unsigned int queues = possible_cpus(), depth;
+
+	ur.page = (size_t)sysconf(_SC_PAGESIZE);
+	ur.se = se;
+	/* Our own: fuse_session_unmount closes libfuse's before the ring's threads are done. */
+	ur.fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (ur.fd < 0) {
+		refuse("cannot duplicate /dev/fuse's descriptor", errno);
+		return -1;
+	}
+	ur.own_fd = 1;
+	ur.payload = (payload + ur.page - 1) & ~(ur.page - 1);
+	depth = URING_THREADS / queues > URING_MIN_DEPTH ? URING_THREADS / queues : URING_MIN_DEPTH;
+	ur.nent = queues * depth;
+	atomic_store(&ur.stats.queues, queues);
+	atomic_store(&ur.stats.wanted, ur.nent);
+	ur.ent = calloc(ur.nent, sizeof(*ur.ent));
+	if (!ur.ent) {
+		refuse("no memory for the ring", ENOMEM);
+		join_all();
+		return -1;
+	}
+	if (start_threads(depth)) {
+		uring_go(0);
+		join_all();
+		return -1;
+	}
+	return 0;
+}
+
+void uring_go(int ok)
+{
+	pthread_mutex_lock(&ur.lock);
+	ur.go = ok ? 1 : -1;
+	pthread_cond_broadcast(&ur.cond);
+	pthread_mutex_unlock(&ur.lock);
 }
 
 void uring_stop(void)
 {
 	atomic_store(&ur.stopping, 1);
-	for (unsigned int i = 0; ur.ent && i < ur.nent; i++) {
-		if (ur.ent[i].started)
-			pthread_join(ur.ent[i].thread, NULL);
-		free(ur.ent[i].area);
-	}
-	free(ur.ent);
-	ur.ent = NULL;
-	ur.nent = 0;
+	join_all();
 }
 
 const struct rr_ring_stats *uring_stats(void)

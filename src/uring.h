@@ -10,15 +10,20 @@ struct fuse_session;
 struct rr_ring_stats;
 
 /*
- * FUSE requests over io_uring (-o io_uring, protocol 7.42): once the INIT
- * reply is written (the kernel refuses ring commands before), start a
- * thread per ring entry, on every queue (one per possible CPU); payload:
- * the largest request or reply payload the kernel will pass (max_write,
- * max_pages).  The kernel moves requests to the ring once every queue has
- * an entry; until then, and for FORGET, INTERRUPT and notifications, /dev/fuse
- * (fd) carries them.  A refusal is logged once; /dev/fuse then serves.
+ * FUSE requests over io_uring (-o io_uring, protocol 7.42), in two steps
+ * around the INIT reply.  uring_prepare, before it: start a thread per
+ * ring entry, on every queue (one per possible CPU), each with its
+ * io_uring; payload: the largest request or reply payload the kernel will
+ * pass (max_write, max_pages).  0 when all are ready: the INIT reply may
+ * then ask for the ring (FUSE_OVER_IO_URING), after which the kernel holds
+ * every request until each queue has an entry.  uring_go(1) once the
+ * reply is written (the kernel refuses ring commands before): the threads
+ * register their entries.  uring_go(0) when it was not: they quit.
+ * FORGET, INTERRUPT and notifications stay on /dev/fuse (fd).  A failure
+ * is logged once; /dev/fuse then serves.
  */
-void uring_start(struct fuse_session *se, int fd, size_t payload);
+int uring_prepare(struct fuse_session *se, int fd, size_t payload);
+void uring_go(int ok);
 
 /* After the session ended and the mount is gone: wait for the ring's threads. */
 void uring_stop(void);
