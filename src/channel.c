@@ -22,7 +22,8 @@
  *   request's header would not pass through read() here (rr_init).
  * - Carry requests over io_uring (-o io_uring, src/uring.c): the ring's
  *   threads pass each request through chan_take_request, and the replies
- *   libfuse writes for them come back through chan_writev to their entry.
+ *   libfuse writes for them come back through chan_writev to their entry;
+ *   the INIT reply asks for the ring.
  */
 #include "channel.h"
 #include "ops.h"
@@ -30,7 +31,6 @@
 #include "rrfuse/rrctl.h"
 #include "log.h"
 #include "uring.h"
-#include "rrfuse/fuse_uring.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -47,7 +47,7 @@ static struct {
 	int fd;			/* /dev/fuse */
 	/* The INIT request's id while its reply is due; 0 otherwise.  What the kernel offered: */
 	_Atomic uint64_t init_unique;
-	int init_killpriv_v2, init_uring;
+	int init_killpriv_v2;
 	_Atomic uint64_t requests[RRCTL_NREQ];	/* by opcode, for rrctl -s */
 } chan;
 
@@ -113,9 +113,8 @@ static void note_request(const void *buf, ssize_t len)
 		if (!init || init->major != FUSE_KERNEL_VERSION)
 			break;
 		chan.init_killpriv_v2 = !!(init->flags & FUSE_HANDLE_KILLPRIV_V2);
-		chan.init_uring = (init->flags & FUSE_INIT_EXT) && request_arg(buf, len, sizeof(*init)) &&
-				  (init->flags2 & RR_FUSE_OVER_IO_URING_FLAGS2);
 		atomic_store(&chan.init_unique, h->unique);
+		uring_note_init(buf, (size_t)len);
 		break;
 	}
 }
@@ -166,66 +165,22 @@ static ssize_t chan_read(int fd, void *buf, size_t len, void *userdata)
 	return n;
 }
 
-/* The payload the kernel may pass in one request or reply (fs/fuse/dev_uring.c: fuse_uring_create). */
-static size_t ring_payload(const struct fuse_init_out *out)
-{
-	size_t payload = FUSE_MIN_READ_BUFFER, pages = 32;	/* FUSE_DEFAULT_MAX_PAGES_PER_REQ */
-	size_t page = (size_t)sysconf(_SC_PAGESIZE);
-
-	if (out->flags & FUSE_MAX_PAGES)
-		pages = out->max_pages;
-	if (payload < out->max_write)
-		payload = out->max_write;
-	if (payload < pages * page)
-		payload = pages * page;
-	return payload;
-}
-
-/* The ring, if asked for and offered: 1 when its threads are ready for the INIT reply to ask for it. */
-static int prepare_ring(int fd, const struct fuse_init_out *out)
-{
-	if (!chan.rfs->opts.io_uring)
-		return 0;
-	if (chan.rfs->opts.single) {
-		rr_log(LOG_NOTICE, "io_uring: not with -s (one thread serves every request); requests stay "
-				   "on /dev/fuse");
-		return 0;
-	}
-	if (!chan.init_uring) {
-		rr_log(LOG_NOTICE, "io_uring: the kernel does not offer FUSE over io_uring (Linux 6.14 with "
-				   "/sys/module/fuse/parameters/enable_uring set); requests stay on /dev/fuse");
-		return 0;
-	}
-	return !uring_prepare(chan.se, fd, ring_payload(out));
-}
-
-/*
- * The INIT reply, if this is it: it asks for KILLPRIV_V2 too when the
- * kernel offered it, and for the ring when rrfuse is ready to serve it.
- * 1 when it asks for the ring.
- */
-static int amend_init_reply(int fd, struct iovec *iov, int count)
+/* The INIT reply, if this is it: it asks for KILLPRIV_V2 too when the kernel offered it. */
+static void amend_init_reply(struct iovec *iov, int count)
 {
 	uint64_t unique = atomic_load(&chan.init_unique);
 	const struct fuse_out_header *h = iov[0].iov_base;
 	struct fuse_init_out *out;
 
 	if (!unique || count < 2 || iov[0].iov_len != sizeof(*h) || h->unique != unique)
-		return 0;
+		return;
 	atomic_store(&chan.init_unique, 0);
-	if (h->error || iov[1].iov_len < offsetof(struct fuse_init_out, flags) + sizeof(out->flags))
-		return 0;
+	if (h->error || iov[1].iov_len < offsetof(struct fuse_init_out, flags) + sizeof(out->flags) ||
+	    !chan.init_killpriv_v2)
+		return;
 	out = iov[1].iov_base;
-	if (chan.init_killpriv_v2) {
-		out->flags |= FUSE_HANDLE_KILLPRIV_V2;
-		chan.rfs->killpriv_v2 = 1;
-	}
-	if (iov[1].iov_len < offsetof(struct fuse_init_out, flags2) + sizeof(out->flags2) ||
-	    !prepare_ring(fd, out))
-		return 0;
-	out->flags |= FUSE_INIT_EXT;
-	out->flags2 |= RR_FUSE_OVER_IO_URING_FLAGS2;
-	return 1;
+	out->flags |= FUSE_HANDLE_KILLPRIV_V2;
+	chan.rfs->killpriv_v2 = 1;
 }
 
 static ssize_t chan_writev(int fd, struct iovec *iov, int count, void *userdata)
@@ -236,7 +191,8 @@ static ssize_t chan_writev(int fd, struct iovec *iov, int count, void *userdata)
 	(void)userdata;
 	if (uring_send(iov, count, &r))
 		return r;
-	ring = amend_init_reply(fd, iov, count);
+	amend_init_reply(iov, count);
+	ring = uring_amend_init_reply(fd, iov, count);
 	r = writev(fd, iov, count);
 	/* The kernel takes ring commands once it has the INIT reply. */
 	if (ring)
@@ -256,7 +212,8 @@ static ssize_t chan_splice_send(int fdin, off_t *offin, int fdout, off_t *offout
 	return splice(fdin, offin, fdout, offout, len, flags);
 }
 
-int chan_take_request(const void *buf, size_t len)
+/* A request from the ring (src/uring.c), as chan_read would have seen it: 1 when answered here. */
+static int chan_take_request(const void *buf, size_t len)
 {
 	note_request(buf, (ssize_t)len);
 	return answer_statx(chan.fd, buf, (ssize_t)len);
@@ -278,5 +235,10 @@ int chan_attach(struct fuse_session *se, struct rr_fs *rfs)
 	chan.fd = fuse_session_fd(se);
 	rfs->requests = chan.requests;
 	rfs->ring = uring_stats();
+	if (rfs->opts.io_uring && rfs->opts.single)
+		rr_log(LOG_NOTICE, "io_uring: not with -s (one thread serves every request); requests stay "
+				   "on /dev/fuse");
+	else if (rfs->opts.io_uring)
+		uring_configure(se, chan_take_request);
 	return fuse_session_custom_io(se, &io, chan.fd);
 }

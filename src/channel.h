@@ -2,8 +2,6 @@
 #ifndef RRFUSE_CHANNEL_H
 #define RRFUSE_CHANNEL_H
 
-#include <stddef.h>
-
 struct fuse_session;
 struct rr_fs;
 
@@ -17,14 +15,6 @@ int chan_attach(struct fuse_session *se, struct rr_fs *rfs);
 
 /* After the session ended and the mount is gone: the ring's threads are done (src/uring.c). */
 void chan_detach(void);
-
-/*
- * A request that came another way than chan_read (the ring: src/uring.c),
- * len bytes laid out as /dev/fuse delivers them: noted for the handler
- * (the marks below, the counts), and answered here if it is a STATX.  1
- * when answered, 0 when it goes on to libfuse.
- */
-int chan_take_request(const void *buf, size_t len);
 
 /*
  * The request this thread is handling asks rrfuse to drop set-user-ID and

@@ -10,6 +10,7 @@
 #include "io/dev.h"
 #include "log.h"
 #include "rrfs.h"
+#include "uring.h"
 
 #include <errno.h>
 #include <stdio.h>

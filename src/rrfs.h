@@ -151,14 +151,7 @@ struct rr_opts {
 
 struct rr_fs;
 struct jw;
-
-/* FUSE over io_uring (src/uring.c), for rrctl -s. */
-struct rr_ring_stats {
-	_Atomic uint64_t requests;	/* requests that came over the ring (of rr_fs.requests) */
-	_Atomic uint32_t entries;	/* ring entries registered and served now */
-	_Atomic uint32_t wanted;	/* entries started: every queue's */
-	_Atomic uint32_t queues;	/* the kernel's queues, one per possible CPU */
-};
+struct rr_ring_stats;
 
 /*
  * What the core (mount.c, commit.c, inode.c, orphan.c) asks of the data

@@ -24,19 +24,20 @@
  * The handlers are libfuse's, unchanged: the entry's header, opcode
  * argument and payload are laid out again as /dev/fuse would deliver them
  * and given to fuse_session_process_buf; the reply libfuse writes through
- * the channel (chan_writev) comes here (uring_send) for the thread's
- * current entry.  The payload buffer is page-aligned and the request is
+ * the session's custom I/O (src/channel.c: chan_writev) comes here
+ * (uring_send) for the thread's current entry.  fusefloor speaks it too.  The payload buffer is page-aligned and the request is
  * rebuilt in front of it, so a WRITE's data is not copied.
  */
+#define FUSE_USE_VERSION 314
 #include "uring.h"
-#include "channel.h"
-#include "ops.h"
 #include "log.h"
-#include "rrfs.h"
 #include "rrfuse/fuse_uring.h"
+
+#include <fuse_lowlevel.h>
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <liburing.h>
 #include <pthread.h>
 #include <sched.h>
@@ -69,6 +70,9 @@ struct uring_ent {
 
 static struct {
 	struct fuse_session *se;
+	int (*take)(const void *req, size_t len);
+	int offered;		/* the INIT request offered the ring */
+	uint64_t init_unique;
 	int fd, own_fd;
 	size_t payload;
 	size_t page;
@@ -168,7 +172,7 @@ static void serve_request(struct uring_ent *e)
 	memcpy(req, &in, sizeof(in));
 	memcpy(req + sizeof(in), e->hdr.op_in, arg);
 	cur = e;
-	if (!chan_take_request(req, in.len)) {
+	if (!ur.take || !ur.take(req, in.len)) {
 		struct fuse_buf buf = { .mem = req, .size = in.len };
 
 		fuse_session_process_buf(ur.se, &buf);
@@ -282,7 +286,7 @@ static void *ent_thread(void *arg)
 	r = ring_init(e);
 	if (r < 0)
 		refuse("cannot set up an io_uring", -r);
-	/* Registered only once the INIT reply asked for the ring (uring_prepare, uring_go). */
+	/* Registered only once the INIT reply asked for the ring (uring_amend_init_reply, uring_go). */
 	pthread_mutex_lock(&ur.lock);
 	if (r < 0)
 		ur.failed++;
@@ -428,12 +432,12 @@ static int start_threads(unsigned int depth)
 	return ret;
 }
 
-int uring_prepare(struct fuse_session *se, int fd, size_t payload)
+/* Every entry's thread started, with its io_uring: 0, or -1 (said once). */
+static int prepare(int fd, size_t payload)
 {
 	unsigned int queues = possible_cpus(), depth;
 
 	ur.page = (size_t)sysconf(_SC_PAGESIZE);
-	ur.se = se;
 	/* Our own: fuse_session_unmount closes libfuse's before the ring's threads are done. */
 	ur.fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
 	if (ur.fd < 0) {
@@ -458,6 +462,63 @@ int uring_prepare(struct fuse_session *se, int fd, size_t payload)
 		return -1;
 	}
 	return 0;
+}
+
+void uring_configure(struct fuse_session *se, int (*take)(const void *req, size_t len))
+{
+	ur.se = se;
+	ur.take = take;
+}
+
+void uring_note_init(const void *req, size_t len)
+{
+	const struct fuse_in_header *h = req;
+	const struct fuse_init_in *in = (const void *)(h + 1);
+
+	if (!ur.se || len < sizeof(*h) + sizeof(*in) || h->opcode != FUSE_INIT)
+		return;
+	ur.offered = in->major == FUSE_KERNEL_VERSION && (in->flags & FUSE_INIT_EXT) &&
+		     (in->flags2 & RR_FUSE_OVER_IO_URING_FLAGS2);
+	ur.init_unique = h->unique;
+}
+
+/* The payload the kernel may pass in one request or reply (fs/fuse/dev_uring.c: fuse_uring_create). */
+static size_t ring_payload(const struct fuse_init_out *out)
+{
+	size_t payload = FUSE_MIN_READ_BUFFER, pages = 32;	/* FUSE_DEFAULT_MAX_PAGES_PER_REQ */
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+
+	if (out->flags & FUSE_MAX_PAGES)
+		pages = out->max_pages;
+	if (payload < out->max_write)
+		payload = out->max_write;
+	if (payload < pages * page)
+		payload = pages * page;
+	return payload;
+}
+
+int uring_amend_init_reply(int fd, struct iovec *iov, int count)
+{
+	const struct fuse_out_header *h = iov[0].iov_base;
+	struct fuse_init_out *out;
+
+	if (!ur.se || !ur.init_unique || count < 2 || iov[0].iov_len != sizeof(*h) ||
+	    h->unique != ur.init_unique)
+		return 0;
+	ur.init_unique = 0;
+	if (h->error || iov[1].iov_len < offsetof(struct fuse_init_out, flags2) + sizeof(out->flags2))
+		return 0;
+	if (!ur.offered) {
+		rr_log(LOG_NOTICE, "io_uring: the kernel does not offer FUSE over io_uring (Linux 6.14 with "
+				   "/sys/module/fuse/parameters/enable_uring set); requests stay on /dev/fuse");
+		return 0;
+	}
+	out = iov[1].iov_base;
+	if (prepare(fd, ring_payload(out)))
+		return 0;
+	out->flags |= FUSE_INIT_EXT;
+	out->flags2 |= RR_FUSE_OVER_IO_URING_FLAGS2;
+	return 1;
 }
 
 void uring_go(int ok)

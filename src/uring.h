@@ -6,23 +6,40 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include <stdint.h>
+
 struct fuse_session;
-struct rr_ring_stats;
+
+/* What rrctl -s shows (rr_fs.ring). */
+struct rr_ring_stats {
+	_Atomic uint64_t requests;	/* requests that came over the ring */
+	_Atomic uint32_t entries;	/* ring entries registered and served now */
+	_Atomic uint32_t wanted;	/* entries started: every queue's */
+	_Atomic uint32_t queues;	/* the kernel's queues, one per possible CPU */
+};
 
 /*
- * FUSE requests over io_uring (-o io_uring, protocol 7.42), in two steps
- * around the INIT reply.  uring_prepare, before it: start a thread per
- * ring entry, on every queue (one per possible CPU), each with its
- * io_uring; payload: the largest request or reply payload the kernel will
- * pass (max_write, max_pages).  0 when all are ready: the INIT reply may
- * then ask for the ring (FUSE_OVER_IO_URING), after which the kernel holds
- * every request until each queue has an entry.  uring_go(1) once the
- * reply is written (the kernel refuses ring commands before): the threads
- * register their entries.  uring_go(0) when it was not: they quit.
- * FORGET, INTERRUPT and notifications stay on /dev/fuse (fd).  A failure
- * is logged once; /dev/fuse then serves.
+ * Carry the session's requests over io_uring (protocol 7.42) where the
+ * kernel offers it.  take sees each ring request first, laid out as
+ * /dev/fuse delivers it, and returns 1 when it answered it (NULL: libfuse
+ * gets them all).  FORGET, INTERRUPT and notifications stay on /dev/fuse.
  */
-int uring_prepare(struct fuse_session *se, int fd, size_t payload);
+void uring_configure(struct fuse_session *se, int (*take)(const void *req, size_t len));
+
+/* The INIT request read from /dev/fuse, len bytes: whether the kernel offers the ring. */
+void uring_note_init(const void *req, size_t len);
+
+/*
+ * Before writing a reply to /dev/fuse (fd): if it is the INIT reply and
+ * the kernel offered the ring, start a thread per ring entry on every
+ * queue (one per possible CPU), each with its io_uring, and once all are,
+ * have the reply ask for the ring (FUSE_OVER_IO_URING), after which the
+ * kernel holds every request until each queue has an entry: 1.  Then
+ * uring_go(1) once the reply is written (the kernel refuses ring commands
+ * before), and the threads register their entries; uring_go(0) when it
+ * was not, and they quit.  A refusal is logged once; /dev/fuse serves.
+ */
+int uring_amend_init_reply(int fd, struct iovec *iov, int count);
 void uring_go(int ok);
 
 /* After the session ended and the mount is gone: wait for the ring's threads. */
@@ -40,7 +57,6 @@ int uring_send(const struct iovec *iov, int count, ssize_t *ret);
 /* The same for a reply libfuse spliced into a pipe: len bytes of it, header first. */
 int uring_send_pipe(int pipe_fd, size_t len, ssize_t *ret);
 
-/* The counters rrctl -s shows (rr_fs.ring). */
 const struct rr_ring_stats *uring_stats(void);
 
 #endif
