@@ -191,11 +191,18 @@ int uring_send(const struct iovec *iov, int count, ssize_t *ret)
 	const struct fuse_out_header *out;
 	size_t n = 0;
 
-	if (!e || count < 1 || iov[0].iov_len != sizeof(*out))
+	if (!e)
 		return 0;
 	out = iov[0].iov_base;
-	if (out->unique != e->commit_id || e->replied)
-		return 0;
+	if (count < 1 || iov[0].iov_len != sizeof(*out) || out->unique != e->commit_id || e->replied) {
+		/*
+		 * A notification from a ring thread: on the ring's own
+		 * descriptor, which stays open until these threads are
+		 * joined (libfuse's is closed at the unmount, before).
+		 */
+		*ret = writev(ur.fd, iov, count);
+		return 1;
+	}
 	for (int i = 1; i < count; i++) {
 		if (iov[i].iov_len > ur.payload - n) {
 			errno = EINVAL;
@@ -234,8 +241,12 @@ int uring_send_pipe(int pipe_fd, size_t len, ssize_t *ret)
 	struct uring_ent *e = cur;
 	struct fuse_out_header out;
 
-	if (!e || e->replied)
+	if (!e)
 		return 0;
+	if (e->replied) {
+		*ret = splice(pipe_fd, NULL, ur.fd, NULL, len, 0);
+		return 1;
+	}
 	*ret = -1;
 	if (len < sizeof(out) || len - sizeof(out) > ur.payload) {
 		errno = EINVAL;

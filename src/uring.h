@@ -48,9 +48,9 @@ void uring_stop(void);
 /*
  * A reply (iov[0] the fuse_out_header) to the request this thread serves
  * from a ring entry: copied into the entry, committed when the handler
- * returns.  1 with *ret the bytes taken (or -1 and errno); 0 when this
- * thread serves no ring entry or the reply is not its request's (a
- * notification): it goes to /dev/fuse.
+ * returns.  Anything else a ring thread sends (a notification) goes to
+ * /dev/fuse through the ring's own descriptor.  1 with *ret the bytes
+ * taken (or -1 and errno); 0 when this thread serves no ring entry.
  */
 int uring_send(const struct iovec *iov, int count, ssize_t *ret);
 
