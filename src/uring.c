@@ -89,22 +89,29 @@ static struct {
 
 static __thread struct uring_ent *cur;
 
-/* The kernel's num_possible_cpus(): queue ids are CPU numbers below it. */
+/*
+ * The kernel's num_possible_cpus(), its number of queues: every one needs
+ * an entry before the ring is used.  /sys's list is ranges, "0-3,8-11".
+ */
 static unsigned int possible_cpus(void)
 {
 	FILE *f = fopen("/sys/devices/system/cpu/possible", "r");
-	unsigned int lo = 0, hi = 0;
-	int n = 0;
+	unsigned int lo, hi, n = 0;
+	int c;
 
-	if (f) {
-		n = fscanf(f, "%u-%u", &lo, &hi);
-		fclose(f);
+	while (f && fscanf(f, "%u", &lo) == 1) {
+		hi = lo;
+		c = fgetc(f);
+		if (c == '-' && fscanf(f, "%u", &hi) == 1)
+			c = fgetc(f);
+		if (hi >= lo)
+			n += hi - lo + 1;
+		if (c != ',')
+			break;
 	}
-	if (n == 2)
-		return hi + 1;
-	if (n == 1)
-		return lo + 1;
-	return (unsigned int)sysconf(_SC_NPROCESSORS_CONF);
+	if (f)
+		fclose(f);
+	return n ? n : (unsigned int)sysconf(_SC_NPROCESSORS_CONF);
 }
 
 static void refuse(const char *what, int err)
