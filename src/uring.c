@@ -200,8 +200,8 @@ int uring_send(const struct iovec *iov, int count, ssize_t *ret)
 
 	if (!e)
 		return 0;
-	out = iov[0].iov_base;
-	if (count < 1 || iov[0].iov_len != sizeof(*out) || out->unique != e->commit_id || e->replied) {
+	out = count >= 1 && iov[0].iov_len == sizeof(*out) ? iov[0].iov_base : NULL;
+	if (!out || out->unique != e->commit_id || e->replied) {
 		/*
 		 * A notification from a ring thread: on the ring's own
 		 * descriptor, which stays open until these threads are
