@@ -52,6 +52,7 @@ struct cmdline {
 	int direct;
 	int check;
 	int nojournal;
+	int io_uring;
 	struct rr_alloc_tunables alloc;
 	char alloc_err[160];	/* the first bad allocator option, refused before the image is opened */
 	int remount;		/* mount -o remount,...: act on the running daemon */
@@ -85,6 +86,8 @@ static const struct fuse_opt opt_spec[] = {
 	OPT("check", check, 1),
 	OPT("journal", nojournal, 0),
 	OPT("nojournal", nojournal, 1),
+	OPT("io_uring", io_uring, 1),
+	OPT("no_io_uring", io_uring, 0),
 	FUSE_OPT_KEY("rralloc", KEY_RRALLOC),	/* the rralloc patch's mount option */
 	FUSE_OPT_KEY("ro", KEY_RO),
 	FUSE_OPT_KEY("noatime", KEY_NOATIME),
@@ -209,6 +212,10 @@ static void usage(const char *prog)
 	       "                           what a filesystem error does (default: as the image says, tune2fs -e)\n"
 	       "    -o no_writeback_cache  do not use the kernel's writeback cache (default: use it)\n"
 	       "    -o nosplice            copy read data through rrfuse (default: splice it from the image)\n"
+	       "    -o io_uring, no_io_uring\n"
+	       "                           FUSE requests over io_uring, a thread per ring entry on every CPU's\n"
+	       "                           queue (Linux 6.14 with /sys/module/fuse/parameters/enable_uring\n"
+	       "                           set; otherwise /dev/fuse, said once in the log; default: no_io_uring)\n"
 	       "    -o trace=FILE          record every device transfer, flush and discard as fio's iolog v3\n"
 	       "                           (fio --read_iolog replays it), and what each was in FILE.kinds\n"
 	       "    -o delalloc, nodelalloc\n"
@@ -326,6 +333,7 @@ static int options_to_opts(const struct cmdline *c, const struct fuse_cmdline_op
 	opts->direct = c->direct;
 	opts->check = c->check;
 	opts->journal = !c->nojournal;
+	opts->io_uring = c->io_uring;
 	opts->debug = fo->debug;
 	opts->single = fo->singlethread;
 	return 0;
@@ -416,6 +424,8 @@ static int mount_and_serve(struct rr_fs *rfs, struct fuse_args *args, const stru
 	ret = r ? 1 : 0;
 out_unmount:
 	fuse_session_unmount(se);
+	/* After the unmount: a fuseblk mount's DESTROY may come over the ring. */
+	chan_detach();
 out_sig:
 	fuse_remove_signal_handlers(se);
 out_se:

@@ -145,11 +145,13 @@ struct rr_opts {
 	int journal;		/* commits are jbd2 transactions in the image's journal (-o nojournal: not) */
 	int errors;		/* errors=: EXT2_ERRORS_*, 0 = as the superblock says */
 	int atime;		/* RR_ATIME_RELATIME (default), _NOATIME, _STRICT: what a read does to atime */
+	int io_uring;		/* -o io_uring: FUSE requests over io_uring where the kernel offers it */
 	struct rr_alloc_tunables alloc;	/* allocator tunables (-o max_prealloc_kb=, mb_*=) */
 };
 
 struct rr_fs;
 struct jw;
+struct rr_ring_stats;
 
 /*
  * What the core (mount.c, commit.c, inode.c, orphan.c) asks of the data
@@ -187,6 +189,7 @@ struct rr_fs {
 	int killpriv_v2;	/* rrfuse drops set-id bits itself (set at INIT: src/channel.c) */
 	int splice;		/* reads are spliced (set at INIT) */
 	const _Atomic uint64_t *requests;	/* [RRCTL_NREQ] by opcode (src/channel.c), or NULL */
+	const struct rr_ring_stats *ring;	/* requests over io_uring (src/uring.c), or NULL */
 	struct jw *jw;		/* the journal writer (src/journaling.c), set and cleared under the fs lock */
 	int closed;		/* rr_fs_close ran at DESTROY; its result: */
 	int close_ret;

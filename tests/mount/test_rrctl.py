@@ -40,7 +40,8 @@ TUNABLE = struct.Struct("<IIiI32s64s128s")
 GROUP_FIELDS = 4 + 18
 GROUPS_HDR = struct.Struct("<IIiIIIII")
 GROUPS_SIZE = GROUPS_HDR.size + 128 * GROUP_FIELDS * 4
-STATS_SIZE = 4 * 4 + 8 * (14 + 4 * 5 + 7 + 6 + 1 + 64 + 1)   # counters, the cache's, the device's, requests, forgotten
+# counters, the cache's, the device's, requests, forgotten; the ring's (a count, four uint32)
+STATS_SIZE = 4 * 4 + 8 * (14 + 4 * 5 + 7 + 6 + 1 + 64 + 1) + 8 + 4 * 4
 
 
 def iowr(nr, size):
@@ -268,12 +269,14 @@ STATS_OFF = ("mballoc:\n\tmb stats collection turned off.\n"
 
 
 def allocator_stats(mnt):
-    """rrctl -s without its last three lines, the metadata cache's, the
-    device's (test_cache.py reads those) and the requests' (test_killpriv.py)."""
+    """rrctl -s without its last four lines, the metadata cache's, the
+    device's (test_cache.py reads those), the requests' (test_killpriv.py)
+    and their transport's (test_uring.py)."""
     out = rrctl(mnt, "-s").stdout
-    assert out.splitlines()[-3].startswith("metadata cache: "), out
-    assert out.splitlines()[-2].startswith("device: "), out
-    assert out.splitlines()[-1].startswith("requests: "), out
+    assert out.splitlines()[-4].startswith("metadata cache: "), out
+    assert out.splitlines()[-3].startswith("device: "), out
+    assert out.splitlines()[-2].startswith("requests: "), out
+    assert out.splitlines()[-1].startswith("transport: "), out
     return out[:out.rindex("metadata cache: ")]
 STATS_KEYS = (["reqs", "success", "groups_scanned"] +
               [k for cr in ("p2_aligned", "goal_fast", "best_avail", "goal_slow", "any_free")
