@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 /* The allocator takes the fs lock itself when an unlocked request must load a group. */
@@ -532,4 +533,30 @@ int rr_fs_close(struct rr_fs *rfs)
 	orphan_destroy(rfs);
 	rr_error_detach();
 	return ret;
+}
+
+void rr_fs_statfs(struct rr_fs *rfs, struct statvfs *st)
+{
+	struct ext2_super_block *sb = rfs->fs->super;
+	uint64_t free_blocks, resv;
+
+	memset(st, 0, sizeof(*st));
+	rr_fs_lock(rfs);
+	/*
+	 * Blocks promised to delayed data are not free (ext4: free minus dirty
+	 * clusters), nor those taken by writes still running.
+	 */
+	free_blocks = rfs->alloc ? rr_alloc_free(rfs->alloc) : ext2fs_free_blocks_count(sb);
+	resv = ext2fs_r_blocks_count(sb) + (rfs->alloc ? rr_alloc_meta_reserve(rfs->alloc) : 0);
+	st->f_bsize = rfs->bsize;
+	st->f_frsize = rfs->bsize;
+	st->f_blocks = ext2fs_blocks_count(sb) - rfs->overhead;
+	st->f_bfree = free_blocks;
+	st->f_bavail = free_blocks > resv ? free_blocks - resv : 0;
+	st->f_files = sb->s_inodes_count;
+	st->f_ffree = sb->s_free_inodes_count;
+	st->f_favail = sb->s_free_inodes_count;
+	st->f_namemax = EXT2_NAME_LEN;
+	st->f_fsid = *(unsigned long *)sb->s_uuid;
+	rr_fs_end_op(rfs);
 }

@@ -239,6 +239,9 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 int rr_fs_mark_mounted(struct rr_fs *rfs);
 int rr_fs_mark_in_use(struct rr_fs *rfs, int new_mount);
 int rr_fs_close(struct rr_fs *rfs);
+struct statvfs;
+/* STATFS: sizes and what is free of blocks and inodes. */
+void rr_fs_statfs(struct rr_fs *rfs, struct statvfs *st);
 
 /* commit.c */
 int rr_fs_write_super(struct rr_fs *rfs);
