@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The allocator takes the fs lock itself when an unlocked request must load a group. */
@@ -532,6 +533,67 @@ int rr_fs_close(struct rr_fs *rfs)
 	rr_bitmaps_free(&rfs->bitmaps);
 	orphan_destroy(rfs);
 	rr_error_detach();
+	return ret;
+}
+
+/*
+ * mount -o remount,ro|rw, told by rrfuse's remount command beside the
+ * kernel's own remount (FUSE does not pass that on).  As ext4_remount: to
+ * read-only, delayed data gets its blocks, everything is committed and the
+ * superblock says "clean" again; to read-write, it says "in use" and
+ * changes are accepted.  The image stays open for writing underneath, so
+ * rw comes back only for a mount that started read-write.
+ */
+int rr_fs_remount(struct rr_fs *rfs, int ro, char *err, size_t errlen)
+{
+	ext2_filsys fs = rfs->fs;
+	int ret;
+
+	if (!fs)
+		return -ESHUTDOWN;
+	if (!ro) {
+		if (!rfs->alloc || !(fs->flags & EXT2_FLAG_RW)) {
+			snprintf(err, errlen, "mounted read-only from the start: unmount and mount read-write");
+			return -EROFS;
+		}
+		if (!rfs->ro)
+			return 0;
+		atomic_store(&rfs->ro, 0);
+		ret = rr_fs_mark_in_use(rfs, 0);
+		if (ret) {
+			atomic_store(&rfs->ro, 1);
+			snprintf(err, errlen, "cannot start the journal or write the superblock: %s",
+				 strerror(-ret));
+			return ret;
+		}
+		return 0;
+	}
+	if (rfs->ro && !rfs->mounted)
+		return 0;
+	ret = rr_fs_flush_delayed(rfs);
+	if (!ret)
+		ret = rr_fs_commit(rfs, 0);
+	if (ret) {
+		snprintf(err, errlen, "writing out before going read-only: %s", strerror(-ret));
+		return ret;
+	}
+	rr_fs_lock(rfs);
+	atomic_store(&rfs->ro, 1);
+	rr_error_commit(rfs);
+	orphan_commit(rfs);
+	fs->super->s_state = rfs->orig_state;
+	fs->super->s_wtime = (__u32)time(NULL);
+	ext2fs_mark_super_dirty(fs);
+	ret = rr_err(rr_fs_flush(rfs, EXT2_FLAG_FLUSH_NO_SYNC));
+	if (!ret)
+		rfs->mounted = 0;	/* clean: nothing more to write until rw */
+	rr_fs_end_op(rfs);
+	if (!ret)
+		ret = rr_err(io_channel_flush(rfs->fs->io));
+	if (!ret)
+		ret = rr_journal_stop(rfs);
+	if (ret)
+		snprintf(err, errlen, "cannot write the superblock: %s", strerror(-ret));
 	return ret;
 }
 

@@ -79,17 +79,6 @@ int ops_is_root(fuse_req_t req)
 	       (sb->s_def_resgid && ctx->gid == sb->s_def_resgid);
 }
 
-/*
- * How long the kernel may keep an inode's attributes.  Not at all for an
- * immutable one: under the writeback cache a write() reaches rrfuse only
- * as a GETATTR on the open file when the attributes are stale (rr_getattr
- * refuses it), so cached ones would let writes into the page cache.
- */
-static double attr_timeout(const struct ext2_inode_large *in)
-{
-	return in->i_flags & EXT2_IMMUTABLE_FL ? 0 : RR_TIMEOUT;
-}
-
 void ops_fill_entry(struct rr_fs *rfs, ext2_ino_t ino, const struct ext2_inode_large *in,
 		       struct fuse_entry_param *e)
 {
@@ -222,22 +211,6 @@ static void reply_attr(fuse_req_t req, ext2_ino_t ino, const struct ext2_inode_l
 
 	inode_stat(rr_fs_of(req), ino, in, &st);
 	fuse_reply_attr(req, &st, attr_timeout(in));
-}
-
-int rr_statx(struct rr_fs *rfs, uint64_t nodeid, struct rr_fuse_statx_out *out)
-{
-	struct ext2_inode_large in;
-	double timeout;
-	int ret = inode_read(rfs, e2ino(nodeid), &in);
-
-	if (ret)
-		return ret;
-	memset(out, 0, sizeof(*out));
-	timeout = attr_timeout(&in);
-	out->attr_valid = (uint64_t)timeout;
-	out->attr_valid_nsec = (uint32_t)((timeout - (double)out->attr_valid) * 1e9);
-	attr_statx(rfs, e2ino(nodeid), &in, &out->stat);
-	return 0;
 }
 
 static void rr_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)

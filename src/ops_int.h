@@ -33,6 +33,17 @@ static inline fuse_ino_t fuseino(ext2_ino_t ino)
 	return ino == EXT2_ROOT_INO ? FUSE_ROOT_ID : ino;
 }
 
+/*
+ * How long the kernel may keep an inode's attributes.  Not at all for an
+ * immutable one: under the writeback cache a write() reaches rrfuse only
+ * as a GETATTR on the open file when the attributes are stale (rr_getattr
+ * refuses it), so cached ones would let writes into the page cache.
+ */
+static inline double attr_timeout(const struct ext2_inode_large *in)
+{
+	return in->i_flags & EXT2_IMMUTABLE_FL ? 0 : RR_TIMEOUT;
+}
+
 /* The in-memory inode of a node the kernel holds a reference to, pinned: rr_iunpin() when done. */
 struct rr_inode *ops_node(struct rr_fs *rfs, fuse_ino_t ino);
 /* The caller's credentials. */

@@ -152,7 +152,7 @@ struct rr_fs;
 struct jw;
 
 /*
- * What the core (mount.c, commit.c, inode.c, orphan.c) asks of the data
+ * What the core (mount.c, commit.c, inode.c, orphan_recover.c) asks of the data
  * layer above it, without naming it: data.c fills these in (data_hooks)
  * and main.c hands them to rr_fs_open.  NULL: no data layer (the unit
  * tests).
@@ -188,6 +188,13 @@ struct rr_fs {
 	int splice;		/* reads are spliced (set at INIT) */
 	const _Atomic uint64_t *requests;	/* [RRCTL_NREQ] by opcode (src/channel.c), or NULL */
 	struct jw *jw;		/* the journal writer (src/journaling.c), set and cleared under the fs lock */
+	/*
+	 * Called by rr_fs_end_op() under the fs lock, where no operation is
+	 * half done: the journal's trigger (commit a full transaction), set
+	 * and cleared with jw.  The layer above passes it down, so that the
+	 * lock calls nothing above it.
+	 */
+	void (*op_end)(struct rr_fs *rfs);
 	int closed;		/* rr_fs_close ran at DESTROY; its result: */
 	int close_ret;
 
@@ -239,19 +246,21 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 int rr_fs_mark_mounted(struct rr_fs *rfs);
 int rr_fs_mark_in_use(struct rr_fs *rfs, int new_mount);
 int rr_fs_close(struct rr_fs *rfs);
+int rr_fs_remount(struct rr_fs *rfs, int ro, char *err, size_t errlen);
 struct statvfs;
 /* STATFS: sizes and what is free of blocks and inodes. */
 void rr_fs_statfs(struct rr_fs *rfs, struct statvfs *st);
 
-/* commit.c */
+/* super.c */
 int rr_fs_write_super(struct rr_fs *rfs);
-int rr_fs_commit_for_alloc(void *rfs);
 /* libext2fs's flush (superblock, descriptors), the changed bitmaps first.  Fs lock held. */
 errcode_t rr_fs_flush(struct rr_fs *rfs, int flags);
+
+/* commit.c */
+int rr_fs_commit_for_alloc(void *rfs);
 int rr_fs_commit(struct rr_fs *rfs, int sync);
 /* The commit's work under the fs lock (held); journaled, the transaction too. */
 int rr_fs_commit_locked(struct rr_fs *rfs, int sync);
-int rr_fs_remount(struct rr_fs *rfs, int ro, char *err, size_t errlen);
 /* Delayed data written, one commit, the device flushed (commit thread, rrctl sync).  Fs lock not held. */
 int rr_fs_sync(struct rr_fs *rfs);
 void rr_fs_start_commit_thread(struct rr_fs *rfs);
@@ -268,14 +277,13 @@ static inline int rr_fs_flush_delayed(struct rr_fs *rfs)
  */
 int rr_journal_start(struct rr_fs *rfs);
 int rr_journal_stop(struct rr_fs *rfs);
-/* Under the fs lock, at a point where no operation is half done: commit if the transaction is full. */
-void rr_journal_maybe_commit(struct rr_fs *rfs);
 
 /* lock.c */
 void rr_fs_lock(struct rr_fs *rfs);
 /*
- * The end of a whole operation (the fs lock taken at its start): commits
- * the journal's transaction if it has grown full, then drops the lock.
+ * The end of a whole operation (the fs lock taken at its start): runs
+ * rr_fs.op_end (journaled: commits the transaction if it has grown full),
+ * then drops the lock.
  */
 void rr_fs_end_op(struct rr_fs *rfs);
 /* Drops the fs lock and commits nothing: in a commit, or inside the allocator's own sections. */
@@ -283,6 +291,13 @@ void rr_fs_unlock(struct rr_fs *rfs);
 
 /* inode.c */
 int rr_itab_init(struct rr_itab *t);
+/* Under itab.lock: ino's in-memory inode or NULL; unhash ri if nothing holds it (then 1: free it). */
+struct rr_inode *rr_itab_find_locked(struct rr_itab *t, ext2_ino_t ino);
+int rr_itab_release_locked(struct rr_itab *t, struct rr_inode *ri);
+/* An unhashed in-memory inode goes (the data layer's evict hook first). */
+void rr_inode_free(struct rr_fs *rfs, struct rr_inode *ri);
+void inode_set_rdev(struct ext2_inode_large *in, dev_t dev);
+/* inode_life.c: the rest of the table's calls, and inode_new, inode_free_*. */
 void rr_itab_empty(struct rr_fs *rfs);
 void rr_itab_destroy(struct rr_fs *rfs);
 struct rr_inode *rr_iget(struct rr_fs *rfs, ext2_ino_t ino);
