@@ -32,26 +32,16 @@ static const struct {
 	{ EXT4_PROJINHERIT_FL, FS_XFLAG_PROJINHERIT },
 };
 
-static unsigned int to_xflags(unsigned int fl)
+/* v's bits of one column of xflag_map (to_x: the inode flags) as the other column's. */
+static unsigned int map_flags(unsigned int v, int to_x)
 {
-	unsigned int x = 0;
+	unsigned int out = 0;
 	size_t i;
 
 	for (i = 0; i < sizeof(xflag_map) / sizeof(xflag_map[0]); i++)
-		if (fl & xflag_map[i].fl)
-			x |= xflag_map[i].xfl;
-	return x;
-}
-
-static unsigned int from_xflags(unsigned int x)
-{
-	unsigned int fl = 0;
-	size_t i;
-
-	for (i = 0; i < sizeof(xflag_map) / sizeof(xflag_map[0]); i++)
-		if (x & xflag_map[i].xfl)
-			fl |= xflag_map[i].fl;
-	return fl;
+		if (v & (to_x ? xflag_map[i].fl : xflag_map[i].xfl))
+			out |= to_x ? xflag_map[i].xfl : xflag_map[i].fl;
+	return out;
 }
 
 static unsigned int projid_of(const struct ext2_inode_large *in)
@@ -120,7 +110,7 @@ int chattr_get_xattr(struct rr_fs *rfs, ext2_ino_t ino, struct fsxattr *fa)
 
 	memset(fa, 0, sizeof(*fa));
 	if (!ret) {
-		fa->fsx_xflags = to_xflags(in.i_flags);
+		fa->fsx_xflags = map_flags(in.i_flags, 1);
 		fa->fsx_projid = projid_of(&in);
 	}
 	return ret;
@@ -134,7 +124,7 @@ int chattr_set_xattr(struct rr_fs *rfs, ext2_ino_t ino, const struct rr_cred *cr
 	if (ret)
 		return ret;
 	/* Project ids are not managed here (the quota feature mounts read-only). */
-	if ((fa->fsx_xflags & ~to_xflags(~0u)) || fa->fsx_projid != projid_of(&in))
+	if ((fa->fsx_xflags & ~map_flags(~0u, 1)) || fa->fsx_projid != projid_of(&in))
 		return -EOPNOTSUPP;
-	return set_flags(rfs, ino, cr, from_xflags(fa->fsx_xflags), RR_FL_XSETTABLE);
+	return set_flags(rfs, ino, cr, map_flags(fa->fsx_xflags, 0), RR_FL_XSETTABLE);
 }

@@ -65,6 +65,21 @@ struct rr_inode *rr_itab_find_locked(struct rr_itab *t, ext2_ino_t ino)
 	return ri;
 }
 
+/*
+ * ino's in-memory inode or NULL, with the table lock taken either way
+ * (an inode in the table is not freed meanwhile): itab_unhold() after.
+ */
+static struct rr_inode *itab_hold(struct rr_fs *rfs, ext2_ino_t ino)
+{
+	pthread_mutex_lock(&rfs->itab.lock);
+	return rr_itab_find_locked(&rfs->itab, ino);
+}
+
+static void itab_unhold(struct rr_fs *rfs)
+{
+	pthread_mutex_unlock(&rfs->itab.lock);
+}
+
 struct rr_inode *rr_ifind(struct rr_fs *rfs, ext2_ino_t ino)
 {
 	struct rr_inode *ri;
@@ -150,13 +165,11 @@ void rr_inode_free(struct rr_fs *rfs, struct rr_inode *ri)
  */
 struct rr_inode *rr_ipin(struct rr_fs *rfs, ext2_ino_t ino)
 {
-	struct rr_inode *ri;
+	struct rr_inode *ri = itab_hold(rfs, ino);
 
-	pthread_mutex_lock(&rfs->itab.lock);
-	ri = rr_itab_find_locked(&rfs->itab, ino);
 	if (ri)
 		ri->pins++;
-	pthread_mutex_unlock(&rfs->itab.lock);
+	itab_unhold(rfs);
 	return ri;
 }
 
@@ -167,42 +180,31 @@ struct rr_inode *rr_ipin(struct rr_fs *rfs, ext2_ino_t ino)
  */
 unsigned int rr_iguard(struct rr_fs *rfs, ext2_ino_t ino)
 {
-	struct rr_inode *ri;
-	unsigned int g = 0;
+	struct rr_inode *ri = itab_hold(rfs, ino);
+	unsigned int g = ri ? atomic_load(&ri->guard) : 0;
 
-	pthread_mutex_lock(&rfs->itab.lock);
-	ri = rr_itab_find_locked(&rfs->itab, ino);
-	if (ri)
-		g = atomic_load(&ri->guard);
-	pthread_mutex_unlock(&rfs->itab.lock);
+	itab_unhold(rfs);
 	return g;
 }
 
 /* Blocks of delayed data ino holds (counted in st_blocks, as ext4 counts its delalloc blocks). */
 uint64_t rr_idelayed(struct rr_fs *rfs, ext2_ino_t ino)
 {
-	struct rr_inode *ri;
-	uint64_t n = 0;
+	struct rr_inode *ri = itab_hold(rfs, ino);
+	uint64_t n = ri ? atomic_load(&ri->dbuf.blocks) : 0;
 
-	pthread_mutex_lock(&rfs->itab.lock);
-	ri = rr_itab_find_locked(&rfs->itab, ino);
-	if (ri)
-		n = atomic_load(&ri->dbuf.blocks);
-	pthread_mutex_unlock(&rfs->itab.lock);
+	itab_unhold(rfs);
 	return n;
 }
 
 /* Bump the xattr generation of ino's in-memory inode, if there is one. */
 void rr_ixattr_changed(struct rr_fs *rfs, ext2_ino_t ino)
 {
-	struct rr_inode *ri;
+	struct rr_inode *ri = itab_hold(rfs, ino);
 
-	/* Under the table lock: an inode in the table is not freed meanwhile. */
-	pthread_mutex_lock(&rfs->itab.lock);
-	ri = rr_itab_find_locked(&rfs->itab, ino);
 	if (ri)
 		atomic_fetch_add(&ri->xattr_gen, 1);
-	pthread_mutex_unlock(&rfs->itab.lock);
+	itab_unhold(rfs);
 }
 
 /* Unhash ri if nothing holds it any more; then the caller frees it. Under itab.lock. */
@@ -258,13 +260,11 @@ int inode_read(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in)
 /* Any change may move mtime or ctime past atime: the next read looks again (inode_accessed). */
 static void atime_look_again(struct rr_fs *rfs, ext2_ino_t ino)
 {
-	struct rr_inode *ri;
+	struct rr_inode *ri = itab_hold(rfs, ino);
 
-	pthread_mutex_lock(&rfs->itab.lock);
-	ri = rr_itab_find_locked(&rfs->itab, ino);
 	if (ri)
 		atomic_store(&ri->atime_quiet, 0);
-	pthread_mutex_unlock(&rfs->itab.lock);
+	itab_unhold(rfs);
 }
 
 /* Caller holds the fs lock. */

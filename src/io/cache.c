@@ -830,16 +830,6 @@ static errcode_t cache_write_blk64(io_channel ch, unsigned long long block, int 
 	return report(ch, err);
 }
 
-static errcode_t cache_read_blk(io_channel ch, unsigned long block, int count, void *data)
-{
-	return cache_read_blk64(ch, block, count, data);
-}
-
-static errcode_t cache_write_blk(io_channel ch, unsigned long block, int count, const void *data)
-{
-	return cache_write_blk64(ch, block, count, data);
-}
-
 static errcode_t cache_flush(io_channel ch)
 {
 	struct cache *c = ch->private_data;
@@ -936,8 +926,8 @@ static struct struct_io_manager cache_manager = {
 	.open = cache_open,
 	.close = cache_close,
 	.set_blksize = cache_set_blksize,
-	.read_blk = cache_read_blk,
-	.write_blk = cache_write_blk,
+	.read_blk = io_read_blk32,
+	.write_blk = io_write_blk32,
 	.flush = cache_flush,
 	.write_byte = cache_write_byte,
 	.set_option = io_stacked_set_option,

@@ -135,16 +135,6 @@ static errcode_t fail_write_blk64(io_channel ch, unsigned long long block, int c
 	return transfer(ch, 1, block, count, (void *)data);
 }
 
-static errcode_t fail_read_blk(io_channel ch, unsigned long block, int count, void *data)
-{
-	return fail_read_blk64(ch, block, count, data);
-}
-
-static errcode_t fail_write_blk(io_channel ch, unsigned long block, int count, const void *data)
-{
-	return fail_write_blk64(ch, block, count, data);
-}
-
 static errcode_t fail_write_byte(io_channel ch, unsigned long offset, int size, const void *data)
 {
 	struct fail *f = ch->private_data;
@@ -183,8 +173,8 @@ static struct struct_io_manager fail_manager = {
 	.open = fail_open,
 	.close = fail_close,
 	.set_blksize = fail_set_blksize,
-	.read_blk = fail_read_blk,
-	.write_blk = fail_write_blk,
+	.read_blk = io_read_blk32,
+	.write_blk = io_write_blk32,
 	.flush = fail_flush,
 	.write_byte = fail_write_byte,
 	.set_option = io_stacked_set_option,

@@ -102,3 +102,13 @@ void io_stacked_free(io_channel ch)
 	ext2fs_free_mem(&ch->name);
 	ext2fs_free_mem(&ch);
 }
+
+errcode_t io_read_blk32(io_channel ch, unsigned long block, int count, void *data)
+{
+	return ch->manager->read_blk64(ch, block, count, data);
+}
+
+errcode_t io_write_blk32(io_channel ch, unsigned long block, int count, const void *data)
+{
+	return ch->manager->write_blk64(ch, block, count, data);
+}

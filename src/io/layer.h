@@ -68,5 +68,8 @@ void io_stacked_free(io_channel ch);
 /* What a stacked manager has nothing to add to: the layer below's. */
 errcode_t io_stacked_set_option(io_channel ch, const char *option, const char *arg);
 errcode_t io_stacked_readahead(io_channel ch, unsigned long long block, unsigned long long count);
+/* Every manager's 32-bit block calls: its own 64-bit ones. */
+errcode_t io_read_blk32(io_channel ch, unsigned long block, int count, void *data);
+errcode_t io_write_blk32(io_channel ch, unsigned long block, int count, const void *data);
 
 #endif

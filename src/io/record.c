@@ -163,16 +163,6 @@ static errcode_t record_write_blk64(io_channel ch, unsigned long long block, int
 		    block * (uint64_t)ch->block_size, v.iov_len, 0, &v, 1);
 }
 
-static errcode_t record_read_blk(io_channel ch, unsigned long block, int count, void *data)
-{
-	return record_read_blk64(ch, block, count, data);
-}
-
-static errcode_t record_write_blk(io_channel ch, unsigned long block, int count, const void *data)
-{
-	return record_write_blk64(ch, block, count, data);
-}
-
 static errcode_t record_write_byte(io_channel ch, unsigned long offset, int size, const void *data)
 {
 	struct record *r = ch->private_data;
@@ -215,8 +205,8 @@ static struct struct_io_manager record_manager = {
 	.open = record_open,
 	.close = record_close,
 	.set_blksize = record_set_blksize,
-	.read_blk = record_read_blk,
-	.write_blk = record_write_blk,
+	.read_blk = io_read_blk32,
+	.write_blk = io_write_blk32,
 	.flush = record_flush,
 	.write_byte = record_write_byte,
 	.set_option = io_stacked_set_option,
