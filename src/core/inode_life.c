@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * An inode's birth and death.  inode_new allocates one where the kernel
- * would (src/ialloc.c).  An inode whose last link is removed while in use
+ * would (src/core/ialloc.c).  An inode whose last link is removed while in use
  * is freed when its last lookup and open are gone (rr_iput, rr_iunpin);
- * until then it is on the on-disk orphan list (src/orphan.c), so that a
+ * until then it is on the on-disk orphan list (src/core/orphan.c), so that a
  * crash cannot leak it.
  */
 #include "rrfs.h"
@@ -169,7 +169,7 @@ static void ialloc_remember(struct rr_fs *rfs, ext2_ino_t dir, dgrp_t group)
 
 /*
  * Allocate and initialise a new inode named name in dir (not yet linked
- * anywhere), where the kernel would put it (src/ialloc.c).  Caller holds
+ * anywhere), where the kernel would put it (src/core/ialloc.c).  Caller holds
  * the fs lock.  Regular files and directories get an empty extent tree
  * when the filesystem has extents.
  */

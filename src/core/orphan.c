@@ -20,7 +20,7 @@
  *    full file falls back to the legacy list, as the kernel does.
  *
  * Write order.  The list reaches the image with the rest of the metadata,
- * at the commit (src/commit.c): every commit leaves a walkable list (every
+ * at the commit (src/core/commit.c): every commit leaves a walkable list (every
  * inode reachable from s_last_orphan or an orphan-file slot is in use with
  * a valid next link), because every change to it is made whole under the
  * fs lock, which the commit holds.  Within the commit the metadata cache

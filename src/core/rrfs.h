@@ -22,7 +22,7 @@
  *                   only while it holds none of them.  A discard issued
  *                   under a group lock goes down the I/O stack (cache.lock).
  *   orphans.lock    the in-memory orphan list and orphan-file copies
- *                   (src/orphan.c); taken inside the fs lock only.
+ *                   (src/core/orphan.c); taken inside the fs lock only.
  *   itab.lock       the in-memory inode table, lookup and open counts.  A
  *                   leaf: nothing is taken while it is held.
  *   delayed.lock    the list of inodes with delayed data (data.c); only
@@ -31,11 +31,11 @@
  *                   lock; below it only the write recorder's lock
  *                   (src/io/record.c, tests).  The journal writer has no
  *                   lock: it runs under this one, inside a commit that
- *                   holds the fs lock (src/journaling.c).
+ *                   holds the fs lock (src/core/journaling.c).
  *
  * Leaves, taken with any of the above held and holding nothing inside:
- * the error record's lock (src/error.c), the block trace's (src/trace.c),
- * the delayed-data buffer pool's (src/dbuf.c).  commit_lock guards only the
+ * the error record's lock (src/core/error.c), the block trace's (src/io/trace.c),
+ * the delayed-data buffer pool's (src/data/dbuf.c).  commit_lock guards only the
  * commit thread's sleep; it is dropped before the thread commits.  This
  * list is the whole order: a new lock gets its line here.
  */
@@ -113,7 +113,7 @@ struct rr_inode {
 	atomic_uint guard;
 	/*
 	 * A directory's ext4 i_last_alloc_group, which the kernel keeps in
-	 * memory only (src/ialloc.c): 1 + the group chosen for its last new
+	 * memory only (src/core/ialloc.c): 1 + the group chosen for its last new
 	 * inode, 0 none since loaded.  Under the fs lock and itab.lock.
 	 */
 	uint32_t ialloc_last;
@@ -182,12 +182,12 @@ struct rr_fs {
 	int mounted;		/* the image says "in use": a clean unmount must say otherwise */
 	int ro_cleanup;		/* ro, but writable until the mount has finished orphans */
 	uint64_t overhead;	/* blocks of static metadata, left out of statfs f_blocks */
-	char *utab;		/* mount point with a utab entry of ours (src/utab.c), or NULL */
+	char *utab;		/* mount point with a utab entry of ours (src/fuse/utab.c), or NULL */
 	int wbcache;		/* the kernel's writeback cache is on (set at INIT) */
-	int killpriv_v2;	/* rrfuse drops set-id bits itself (set at INIT: src/channel.c) */
+	int killpriv_v2;	/* rrfuse drops set-id bits itself (set at INIT: src/fuse/channel.c) */
 	int splice;		/* reads are spliced (set at INIT) */
-	const _Atomic uint64_t *requests;	/* [RRCTL_NREQ] by opcode (src/channel.c), or NULL */
-	struct jw *jw;		/* the journal writer (src/journaling.c), set and cleared under the fs lock */
+	const _Atomic uint64_t *requests;	/* [RRCTL_NREQ] by opcode (src/fuse/channel.c), or NULL */
+	struct jw *jw;		/* the journal writer (src/core/journaling.c), set and cleared under the fs lock */
 	/*
 	 * Called by rr_fs_end_op() under the fs lock, where no operation is
 	 * half done: the journal's trigger (commit a full transaction), set

@@ -23,11 +23,11 @@
  *    device in one write, never its fields without their checksum.
  *  - Blocks freed are not reused for file data before the commit that
  *    frees them is on disk: the allocator keeps them (allocators/mballoc.c,
- *    free_freed and rr_alloc_blocks; the commit brackets it, src/commit.c).
+ *    free_freed and rr_alloc_blocks; the commit brackets it, src/core/commit.c).
  *    Metadata may take them sooner, since it reaches the device only
  *    through this cache, at that same commit.
  *  - A block a commit frees is forgotten, dirty or not, before that commit
- *    writes anything (io_cache_forget, called by src/commit.c): its bytes
+ *    writes anything (io_cache_forget, called by src/core/commit.c): its bytes
  *    are nobody's, and a transaction must not log them (writer.h).
  *  - Under a journal (io_cache_set_journal): no block reaches home before
  *    the transaction that holds it is committed (writeback_journaled), and
