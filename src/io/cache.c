@@ -585,7 +585,7 @@ static errcode_t cache_open(const char *name, int flags, io_channel *channel)
 static errcode_t cache_close(io_channel ch)
 {
 	struct cache *c = ch->private_data;
-	errcode_t err;
+	errcode_t err, lerr;
 
 	if (--ch->refcount > 0)
 		return 0;
@@ -593,14 +593,10 @@ static errcode_t cache_close(io_channel ch)
 	err = writeback(c);
 	clear(c);
 	pthread_mutex_unlock(&c->lock);
-	if (!err)
-		err = io_channel_close(c->layer.lower);
-	else
-		io_channel_close(c->layer.lower);
 	pthread_mutex_destroy(&c->lock);
 	free(c->hash);
-	io_stacked_free(ch);
-	return err;
+	lerr = io_stacked_close(ch);
+	return err ? err : lerr;
 }
 
 static errcode_t cache_set_blksize(io_channel ch, int blksize)

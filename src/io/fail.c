@@ -82,24 +82,7 @@ static errcode_t fail_open(const char *name, int flags, io_channel *channel)
 
 static errcode_t fail_close(io_channel ch)
 {
-	struct fail *f = ch->private_data;
-	errcode_t err;
-
-	if (--ch->refcount > 0)
-		return 0;
-	err = io_channel_close(f->layer.lower);
-	io_stacked_free(ch);
-	return err;
-}
-
-static errcode_t fail_set_blksize(io_channel ch, int blksize)
-{
-	struct fail *f = ch->private_data;
-	errcode_t err = io_channel_set_blksize(f->layer.lower, blksize);
-
-	if (!err)
-		ch->block_size = blksize;
-	return err;
+	return --ch->refcount > 0 ? 0 : io_stacked_close(ch);
 }
 
 /*
@@ -172,7 +155,7 @@ static struct struct_io_manager fail_manager = {
 	.name = "rrfuse fault injection",
 	.open = fail_open,
 	.close = fail_close,
-	.set_blksize = fail_set_blksize,
+	.set_blksize = io_stacked_set_blksize,
 	.read_blk = io_read_blk32,
 	.write_blk = io_write_blk32,
 	.flush = fail_flush,

@@ -128,25 +128,12 @@ static errcode_t record_open(const char *name, int flags, io_channel *channel)
 static errcode_t record_close(io_channel ch)
 {
 	struct record *r = ch->private_data;
-	errcode_t err;
 
 	if (--ch->refcount > 0)
 		return 0;
-	err = io_channel_close(r->layer.lower);
 	close(r->fd);
 	pthread_mutex_destroy(&r->lock);
-	io_stacked_free(ch);
-	return err;
-}
-
-static errcode_t record_set_blksize(io_channel ch, int blksize)
-{
-	struct record *r = ch->private_data;
-	errcode_t err = io_channel_set_blksize(r->layer.lower, blksize);
-
-	if (!err)
-		ch->block_size = blksize;
-	return err;
+	return io_stacked_close(ch);
 }
 
 static errcode_t record_read_blk64(io_channel ch, unsigned long long block, int count, void *data)
@@ -204,7 +191,7 @@ static struct struct_io_manager record_manager = {
 	.name = "rrfuse write recorder",
 	.open = record_open,
 	.close = record_close,
-	.set_blksize = record_set_blksize,
+	.set_blksize = io_stacked_set_blksize,
 	.read_blk = io_read_blk32,
 	.write_blk = io_write_blk32,
 	.flush = record_flush,
