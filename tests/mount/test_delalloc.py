@@ -1,6 +1,6 @@
 """Delayed allocation: pages the kernel writes back wait in the daemon, with
 their blocks promised, and get blocks at close, fsync, the commit tick or a
-size limit (src/data.c, -o delalloc / nodelalloc).
+size limit (src/data/data.c, -o delalloc / nodelalloc).
 
 sync_file_range(WRITE | WAIT) makes the kernel write a file's cached pages
 back (FUSE WRITEs) with no FSYNC and no FLUSH, so the data is then in the

@@ -585,7 +585,7 @@ def syslog_lines():
 def test_background_daemon_logs_allocator(syslog_lines):
     # In the background stderr is /dev/null: the mb_stats report at unmount
     # (and the allocator's warnings) go where rrfuse's own messages go, to
-    # syslog (src/log.c).
+    # syslog (lib/log.c).
     from conftest import fsck, make_image, wait_for as wait
     image = make_image(size="256M")
     mnt = os.path.join(os.path.dirname(image), "mnt")

@@ -13,7 +13,7 @@
  *
  * Usage as rrbench mounts a daemon: fusefloor IMAGE MOUNTPOINT [-f] [-o ...];
  * "-o no_writeback_cache" on its own turns the writeback cache off, and
- * "-o io_uring" carries the requests over io_uring (rrfuse's src/uring.c),
+ * "-o io_uring" carries the requests over io_uring (rrfuse's src/fuse/uring.c),
  * as they do for rrfuse.
  * IMAGE is not opened: it is taken so that the command line is rrfuse's.
  * Not a file system to keep anything in.
@@ -439,7 +439,7 @@ static const struct fuse_lowlevel_ops floor_ops = {
 	.getxattr = floor_getxattr, .listxattr = floor_listxattr,
 };
 
-/* /dev/fuse as libfuse would use it, but for the ring's INIT offer and replies (src/uring.c). */
+/* /dev/fuse as libfuse would use it, but for the ring's INIT offer and replies (src/fuse/uring.c). */
 static ssize_t floor_dev_read(int fd, void *buf, size_t len, void *userdata)
 {
 	ssize_t n = read(fd, buf, len);

@@ -24,7 +24,7 @@
  * The handlers are libfuse's, unchanged: the entry's header, opcode
  * argument and payload are laid out again as /dev/fuse would deliver them
  * and given to fuse_session_process_buf; the reply libfuse writes through
- * the session's custom I/O (src/channel.c: chan_writev) comes here
+ * the session's custom I/O (src/fuse/channel.c: chan_writev) comes here
  * (uring_send) for the thread's current entry.  fusefloor speaks it too.  The payload buffer is page-aligned and the request is
  * rebuilt in front of it, so a WRITE's data is not copied.
  */
