@@ -16,8 +16,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+/*
+ * A policy the engine switched off (mb_guard.c: it cannot take the fs lock
+ * where it decides) becomes a real switch to regular at the next rrctl
+ * command, so that the allocator tunable says what runs.
+ */
+static void settle_off(struct rr_alloc *a)
+{
+	char err[RRCTL_ERR_LEN];
+
+	if (a->policy == &mb_policy_regular || !atomic_load(&a->run->off))
+		return;
+	if (!mb_policy_switch(a, &mb_policy_regular, err, sizeof(err)))
+		snprintf(a->t.policy, sizeof(a->t.policy), "%s", mb_policy_regular.name);
+}
+
 int rr_alloc_get(struct rr_alloc *a, const char *name, char *buf, size_t len, char *err, size_t errlen)
 {
+	settle_off(a);
 	return rr_alloc_tunable_get(&a->t, name, buf, len, err, errlen);
 }
 
@@ -83,8 +99,12 @@ static void tunables_store(struct rr_alloc_tunables *to, const struct rr_alloc_t
  */
 int rr_alloc_set(struct rr_alloc *a, const char *name, const char *value, char *err, size_t errlen)
 {
-	struct rr_alloc_tunables t = a->t;
-	int ret = rr_alloc_tunable_set(&t, name, value, err, errlen);
+	struct rr_alloc_tunables t;
+	int ret;
+
+	settle_off(a);
+	t = a->t;
+	ret = rr_alloc_tunable_set(&t, name, value, err, errlen);
 
 	if (ret)
 		return ret;
@@ -163,4 +183,7 @@ void rr_alloc_stats(struct rr_alloc *a, struct rrctl_stats *out)
 		out->cr_extents[c] = atomic_load(&s->cr_extents[c]);
 		out->cr_useless[c] = atomic_load(&s->cr_useless[c]);
 	}
+	for (c = 0; c < RRCTL_NREFUSE && c < MB_NREFUSE; c++)
+		out->refused[c] = atomic_load(&s->refused[c]);
+	out->policies_off = atomic_load(&s->policies_off);
 }

@@ -13,6 +13,11 @@
  * requests run at once, so whatever state a policy keeps beyond the
  * engine's (ac->priv) must be atomic or locked by the policy itself, and
  * tunables are read with MB_T().
+ *
+ * The engine does not trust the answer (mb_guard.c): an extent outside
+ * the device, in metadata or not free is refused and the request served
+ * by regular; only b_ex is taken from ac, the request's fields are put
+ * back after choose.
  */
 #ifndef RR_MB_POLICY_H
 #define RR_MB_POLICY_H

@@ -39,7 +39,7 @@ TUNABLE = struct.Struct("<IIiI32s64s128s")
 GROUP_FIELDS = 4 + 18
 GROUPS_HDR = struct.Struct("<IIiIIIII")
 GROUPS_SIZE = GROUPS_HDR.size + 128 * GROUP_FIELDS * 4
-STATS_SIZE = 4 * 4 + 8 * (14 + 4 * 5 + 7 + 6 + 1 + 64 + 1)   # counters, the cache's, the device's, requests, forgotten
+STATS_SIZE = 4 * 4 + 8 * (14 + 4 * 5 + 7 + 6 + 1 + 64 + 1 + 4 + 1)   # counters, the cache's, the device's, requests, forgotten, refusals
 
 
 def iowr(nr, size):
@@ -267,13 +267,15 @@ STATS_OFF = ("mballoc:\n\tmb stats collection turned off.\n"
 
 
 def allocator_stats(mnt):
-    """rrctl -s without its last three lines, the metadata cache's, the
-    device's (test_cache.py reads those) and the requests' (test_killpriv.py)."""
+    """rrctl -s without its last four lines, the policy checks'
+    (test_policy_guard.py), the metadata cache's, the device's (test_cache.py
+    reads those) and the requests' (test_killpriv.py)."""
     out = rrctl(mnt, "-s").stdout
+    assert out.splitlines()[-4].startswith("policy answers refused: "), out
     assert out.splitlines()[-3].startswith("metadata cache: "), out
     assert out.splitlines()[-2].startswith("device: "), out
     assert out.splitlines()[-1].startswith("requests: "), out
-    return out[:out.rindex("metadata cache: ")]
+    return out[:out.rindex("policy answers refused: ")]
 STATS_KEYS = (["reqs", "success", "groups_scanned"] +
               [k for cr in ("p2_aligned", "goal_fast", "best_avail", "goal_slow", "any_free")
                for k in ("cr_%s_stats" % cr, "hits", "groups_considered", "extents_scanned",
