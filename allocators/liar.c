@@ -25,11 +25,12 @@ struct liar {
 	uint64_t used_blk;		/* the root directory's first block */
 };
 
-static int liar_init(struct rr_alloc *a)
+static int liar_init(struct rr_alloc *a, const struct mb_policy *self)
 {
 	struct liar *l = calloc(1, sizeof(*l));
 	blk64_t blk = 0;
 
+	(void)self;
 	if (!l)
 		return -1;
 	/* Under the fs lock: libext2fs may be read here. */
@@ -42,10 +43,11 @@ static int liar_init(struct rr_alloc *a)
 	return 0;
 }
 
-static void liar_fini(struct rr_alloc *a)
+static void liar_fini(struct rr_alloc *a, const struct mb_policy *self)
 {
 	struct liar *l = a->policy_priv;
 
+	(void)self;
 	mb_log(LOG_INFO, "liar: lies told: %u outside the device, %u in metadata, %u in use",
 	       atomic_load(&l->told[MB_REFUSE_OUTSIDE]), atomic_load(&l->told[MB_REFUSE_METADATA]),
 	       atomic_load(&l->told[MB_REFUSE_USED]));

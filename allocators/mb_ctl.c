@@ -52,11 +52,12 @@ int mb_policy_switch(struct rr_alloc *a, const struct mb_policy *p, char *err, s
 		return 0;
 	run = calloc(1, sizeof(*run));
 	a->policy_priv = NULL;
-	if (!run || (p->init && p->init(a))) {
+	if (!run || (p->init && p->init(a, p))) {
 		free(run);
 		a->policy_priv = old_priv;
-		snprintf(err, errlen, "allocator '%s' could not start (out of memory)", p->name);
-		return -ENOMEM;
+		snprintf(err, errlen, "allocator '%s' could not start (%s)", p->name,
+			 run ? "its init failed" : "out of memory");
+		return run ? -EINVAL : -ENOMEM;
 	}
 	run->policy = p;
 	run->priv = a->policy_priv;
@@ -81,6 +82,7 @@ static void tunables_store(struct rr_alloc_tunables *to, const struct rr_alloc_t
 	STORE(discard);
 #undef STORE
 	memcpy(to->policy, from->policy, sizeof(to->policy));
+	memcpy(to->policy_dir, from->policy_dir, sizeof(to->policy_dir));
 }
 
 /*
@@ -114,7 +116,11 @@ int rr_alloc_set(struct rr_alloc *a, const char *name, const char *value, char *
 		return -EINVAL;
 	}
 	if (strcmp(t.policy, a->t.policy)) {
-		ret = mb_policy_switch(a, mb_policy_find(t.policy), err, errlen);
+		const struct mb_policy *p = mb_policy_get(t.policy, t.policy_dir, err, errlen);
+
+		if (!p)
+			return -EINVAL;
+		ret = mb_policy_switch(a, p, err, errlen);
 		if (ret)
 			return ret;
 	}

@@ -2223,8 +2223,9 @@ int rr_alloc_attach(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr
 	unsigned int bbits = (unsigned int)__builtin_ctz(fs->blocksize);
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	const struct mb_policy *policy;
-	char err[128];
+	char err[512];
 	uint32_t g, i;
+	int ret;
 
 	if (!a)
 		return -ENOMEM;
@@ -2232,8 +2233,10 @@ int rr_alloc_attach(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr
 		a->t = *t;
 	else
 		rr_alloc_tunables_default(&a->t);
-	policy = mb_policy_find(a->t.policy);
+	policy = mb_policy_get(a->t.policy, a->t.policy_dir, err, sizeof(err));
 	if (!policy || EXT2FS_CLUSTER_RATIO(fs) != 1) {
+		if (!policy)
+			mb_log(LOG_ERR, "%s", err);
 		free(a);
 		return -EINVAL;
 	}
@@ -2293,9 +2296,15 @@ int rr_alloc_attach(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr
 		atomic_init(&grp->list_order[0], -1);
 		atomic_init(&grp->list_order[1], -1);
 	}
-	if (mb_guard_attach(a) || mb_policy_switch(a, policy, err, sizeof(err))) {
+	if (mb_guard_attach(a)) {
 		rr_alloc_detach(a);
 		return -ENOMEM;
+	}
+	ret = mb_policy_switch(a, policy, err, sizeof(err));
+	if (ret) {
+		mb_log(LOG_ERR, "%s", err);
+		rr_alloc_detach(a);
+		return ret;
 	}
 	a->old_priv = fs->priv_data;
 	fs->priv_data = a;
@@ -2361,7 +2370,7 @@ void rr_alloc_detach(struct rr_alloc *a)
 		next = run->retired;
 		a->policy_priv = run->priv;
 		if (run->policy->fini)
-			run->policy->fini(a);
+			run->policy->fini(a, run->policy);
 		free(run);
 	}
 	for (g = 0; g < a->ngroups; g++) {

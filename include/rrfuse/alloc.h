@@ -75,13 +75,16 @@ struct rr_alloc_req {
  * rrfuse/tunables.def (mb_tunables.c validates every one of them).  check is the debug option:
  * verify after every operation that the buddy equals bitmap + preallocations.
  */
+#define RR_POLICY_NAME_LEN 64	/* rrctl's value field */
+
 struct rr_alloc_tunables {
 #define MB_TUNABLE(name, kind, max, def) unsigned int name;
 #include "rrfuse/tunables.def"
 #undef MB_TUNABLE
 	unsigned int check;			/* 0 */
 	unsigned int discard;			/* -o discard: freed blocks are discarded at once */
-	char policy[16];			/* "regular" */
+	char policy[RR_POLICY_NAME_LEN];	/* "regular", a policy's NAME (NAME.so) or a path to one */
+	char policy_dir[256];			/* -o policy_dir: where NAME.so is looked for; "" = installed */
 };
 
 void rr_alloc_tunables_default(struct rr_alloc_tunables *t);
