@@ -80,6 +80,7 @@ static void tunables_store(struct rr_alloc_tunables *to, const struct rr_alloc_t
 #undef MB_TUNABLE
 	STORE(check);
 	STORE(discard);
+	STORE(shared);
 #undef STORE
 	memcpy(to->policy, from->policy, sizeof(to->policy));
 	memcpy(to->policy_dir, from->policy_dir, sizeof(to->policy_dir));
@@ -116,7 +117,7 @@ int rr_alloc_set(struct rr_alloc *a, const char *name, const char *value, char *
 		return -EINVAL;
 	}
 	if (strcmp(t.policy, a->t.policy)) {
-		const struct mb_policy *p = mb_policy_get(t.policy, t.policy_dir, err, errlen);
+		const struct mb_policy *p = mb_policy_get(t.policy, &t, err, errlen);
 
 		if (!p)
 			return -EINVAL;

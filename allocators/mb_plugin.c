@@ -15,9 +15,10 @@
  * Loading: a name with a '/' is that file; another name that is no
  * built-in is NAME.so in the policy directory (-o policy_dir=DIR, else
  * the installed one, RRFUSE_POLICY_DIR).  It must export RRP_SYMBOL with
- * this header's ABI version, a name and a choose.  When rrfuse runs as
- * root, the file must be owned by root and writable by nobody else, as
- * the kernel asks of its modules.  A loaded policy stays loaded until the
+ * this header's ABI version, a name and a choose.  When other users can
+ * reach the mount (rrfuse runs as root, or -o allow_other), the file must
+ * be owned by root and writable by nobody else, as the kernel asks of its
+ * modules.  A loaded policy stays loaded until the
  * daemon exits: a request may still run in it after a switch away.
  */
 #include "mballoc.h"
@@ -36,10 +37,6 @@
 #include <sys/stat.h>
 #include <syslog.h>
 #include <unistd.h>
-
-#ifndef RRFUSE_POLICY_DIR
-#define RRFUSE_POLICY_DIR "/usr/local/lib/rrfuse/policies"
-#endif
 
 #define ENGINE(e) ((struct rr_alloc *)(e))
 #define HANDLE(a) ((struct rrp_engine *)(a))
@@ -344,8 +341,8 @@ int mb_policy_name_ok(const char *name)
 	return 1;
 }
 
-/* As the kernel loads modules: when rrfuse runs as root, only root's files that nobody else can change. */
-static int trusted(const char *path, char *err, size_t errlen)
+/* As the kernel loads modules: for a shared mount, only root's files that nobody else can change. */
+static int trusted(const char *path, int shared, char *err, size_t errlen)
 {
 	struct stat st;
 
@@ -357,16 +354,18 @@ static int trusted(const char *path, char *err, size_t errlen)
 		snprintf(err, errlen, "%s: not a regular file", path);
 		return 0;
 	}
-	if (geteuid() == 0 && (st.st_uid != 0 || (st.st_mode & (S_IWGRP | S_IWOTH)))) {
-		snprintf(err, errlen, "%s: not loaded: rrfuse runs as root and the file is %s", path,
-			 st.st_uid ? "not owned by root" : "writable by group or others");
+	if ((shared || geteuid() == 0) && (st.st_uid != 0 || (st.st_mode & (S_IWGRP | S_IWOTH)))) {
+		snprintf(err, errlen, "not loaded, the mount is shared and the file is %s: %s",
+			 st.st_uid ? "not owned by root" : "writable by group or others", path);
 		return 0;
 	}
 	return 1;
 }
 
-const struct mb_policy *mb_policy_get(const char *name, const char *dir, char *err, size_t errlen)
+const struct mb_policy *mb_policy_get(const char *name, const struct rr_alloc_tunables *t, char *err,
+				      size_t errlen)
 {
+	const char *dir = t->policy_dir;
 	const struct mb_policy *found_p = mb_policy_find(name);
 	const struct rrp_policy *pub;
 	struct plugin *p;
@@ -378,7 +377,7 @@ const struct mb_policy *mb_policy_get(const char *name, const char *dir, char *e
 		char names[128];
 
 		mb_policy_names(names, sizeof(names));
-		snprintf(err, errlen, "unknown allocator '%s' (known: %s, or NAME.so in the policy directory)",
+		snprintf(err, errlen, "unknown allocator '%s' (known: %s; or NAME.so in the policy directory)",
 			 name, names);
 		return NULL;
 	}
@@ -391,7 +390,7 @@ const struct mb_policy *mb_policy_get(const char *name, const char *dir, char *e
 		snprintf(p->path, sizeof(p->path), "%s", name);
 	else
 		snprintf(p->path, sizeof(p->path), "%s/%s.so", dir && dir[0] ? dir : RRFUSE_POLICY_DIR, name);
-	if (!trusted(p->path, err, errlen)) {
+	if (!trusted(p->path, t->shared, err, errlen)) {
 		if (!strchr(name, '/')) {
 			char names[128], why[RRCTL_ERR_LEN];
 
@@ -411,13 +410,13 @@ const struct mb_policy *mb_policy_get(const char *name, const char *dir, char *e
 	pub = dlsym(dl, RRP_SYMBOL);
 	if (!pub || pub->abi != RRP_ABI_VERSION || !pub->name || !pub->choose) {
 		if (!pub)
-			snprintf(err, errlen, "allocator '%s': %s exports no %s", name, p->path, RRP_SYMBOL);
+			snprintf(err, errlen, "allocator '%s' exports no %s", name, RRP_SYMBOL);
 		else if (pub->abi != RRP_ABI_VERSION)
-			snprintf(err, errlen, "allocator '%s': built for policy ABI %u, rrfuse has %u", name,
+			snprintf(err, errlen, "allocator '%s' built for policy ABI %u, rrfuse has %u", name,
 				 pub->abi, RRP_ABI_VERSION);
 		else
-			snprintf(err, errlen, "allocator '%s': its %s has no %s", name, RRP_SYMBOL,
-				 pub->name ? "choose" : "name");
+			snprintf(err, errlen, "allocator '%s' has no %s in its %s", name,
+				 pub->name ? "choose" : "name", RRP_SYMBOL);
 		dlclose(dl);
 		free(p);
 		return NULL;

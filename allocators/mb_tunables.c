@@ -87,7 +87,7 @@ int rr_alloc_tunable_get(const struct rr_alloc_tunables *t, const char *name, ch
 	if (d->kind == T_POLICY)
 		snprintf(buf, len, "%s", t->policy);
 	else if (d->kind == T_POLICY_DIR)
-		snprintf(buf, len, "%s", t->policy_dir);
+		snprintf(buf, len, "%s", t->policy_dir[0] ? t->policy_dir : RRFUSE_POLICY_DIR);
 	else
 		snprintf(buf, len, "%u", *(const unsigned int *)((const char *)t + d->off));
 	return 0;
@@ -124,7 +124,7 @@ int rr_alloc_tunable_set(struct rr_alloc_tunables *t, const char *name, const ch
 			char names[128];
 
 			mb_policy_names(names, sizeof(names));
-			snprintf(err, errlen, "unknown allocator '%s' (known: %s, or NAME.so in the policy "
+			snprintf(err, errlen, "unknown allocator '%s' (known: %s; or NAME.so in the policy "
 				 "directory, or a path to a .so)", value ? value : "", names);
 			return -EINVAL;
 		}

@@ -2233,7 +2233,7 @@ int rr_alloc_attach(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr
 		a->t = *t;
 	else
 		rr_alloc_tunables_default(&a->t);
-	policy = mb_policy_get(a->t.policy, a->t.policy_dir, err, sizeof(err));
+	policy = mb_policy_get(a->t.policy, &a->t, err, sizeof(err));
 	if (!policy || EXT2FS_CLUSTER_RATIO(fs) != 1) {
 		if (!policy)
 			mb_log(LOG_ERR, "%s", err);

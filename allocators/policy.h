@@ -28,6 +28,11 @@
 
 struct rrp_policy;
 
+/* Where allocator=NAME finds NAME.so without policy_dir (meson.build sets it from $libdir). */
+#ifndef RRFUSE_POLICY_DIR
+#define RRFUSE_POLICY_DIR "/usr/local/lib/rrfuse/policies"
+#endif
+
 struct mb_policy {
 	const char *name;
 	/* A policy on the public API (include/rrfuse/policy.h, mb_plugin.c): the engine's wrapper runs it. */
@@ -52,11 +57,13 @@ extern const struct mb_policy mb_policy_regular;
 const struct mb_policy *mb_policy_find(const char *name);
 /*
  * Find name as mb_policy_find does, else load it as a shared object
- * (mb_plugin.c: NAME.so in dir, or the installed policy directory when
- * dir is empty, or the file itself when name holds a '/').  NULL with err
+ * (mb_plugin.c: NAME.so in t->policy_dir, or the installed policy
+ * directory when that is empty, or the file itself when name holds a
+ * '/'; with t->shared or as root only a file of root's).  NULL with err
  * set when it is none of those or is refused.
  */
-const struct mb_policy *mb_policy_get(const char *name, const char *dir, char *err, size_t errlen);
+const struct mb_policy *mb_policy_get(const char *name, const struct rr_alloc_tunables *t, char *err,
+				      size_t errlen);
 /* Does name look like a policy: a built-in, a plain name (NAME.so) or a path? */
 int mb_policy_name_ok(const char *name);
 /*

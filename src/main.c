@@ -168,6 +168,9 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 		alloc_opt(c, "allocator=rralloc");
 		return 0;
 	case FUSE_OPT_KEY_OPT:
+		/* Other users reach the mount: policies load only from root's files (for libfuse too). */
+		if (!strcmp(arg, "allow_other"))
+			c->alloc.shared = 1;
 		/* The allocator's tunables (rrfuse/tunables.def) are options too. */
 		return alloc_opt(c, arg) ? 1 : 0;
 	default:

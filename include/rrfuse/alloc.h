@@ -85,6 +85,7 @@ struct rr_alloc_tunables {
 	unsigned int discard;			/* -o discard: freed blocks are discarded at once */
 	char policy[RR_POLICY_NAME_LEN];	/* "regular", a policy's NAME (NAME.so) or a path to one */
 	char policy_dir[256];			/* -o policy_dir: where NAME.so is looked for; "" = installed */
+	unsigned int shared;			/* -o allow_other: load policies only from root's files */
 };
 
 void rr_alloc_tunables_default(struct rr_alloc_tunables *t);
