@@ -238,18 +238,30 @@ int rrp_find_in_group(struct rrp_engine *e, uint32_t g, uint64_t from, uint32_t 
 {
 	struct rr_alloc *a = ENGINE(e);
 	uint64_t first = a->first_data_block + (uint64_t)g * a->bpg;
-	struct mb_ac s = scratch(max);
+	struct mb_group *grp;
+	uint32_t pos, s, l;
+	int ret = -1;
 
-	if (g >= a->ngroups || !min)
+	if (g >= a->ngroups || !min || max < min || atomic_load(&a->groups[g].free) < min || mb_load_group(a, g))
 		return -1;
-	if (from < first)
-		from = first;
-	if (from >= first + a->bpg)
-		return -1;
-	/* First fit from from, kept to this group: a run found beyond it does not count. */
-	if (!mb_first_fit(a, &s, from, min) || s.b_ex.group != g || mb_block_of(a, &s.b_ex) < from)
-		return -1;
-	return found(a, &s, out);
+	grp = &a->groups[g];
+	pos = from > first ? (uint32_t)(from - first) : 0;
+	pthread_mutex_lock(&grp->lock);
+	for (; pos < grp->buddy->nblocks && !mb_buddy_next_run(grp->buddy, pos, &s, &l); pos = s + l) {
+		if (l < min)
+			continue;
+		out->start = first + s;
+		out->len = l < max ? l : max;
+		/* Seen free now: taken by another request before the engine uses it, it is a lost race. */
+		if (tl_ac) {
+			tl_ac->seen_group = g;
+			tl_ac->seen_gen = grp->gen;
+		}
+		ret = 0;
+		break;
+	}
+	pthread_mutex_unlock(&grp->lock);
+	return ret;
 }
 
 int rrp_list_find(struct rrp_engine *e, int list, int order, uint32_t from, uint32_t end)
