@@ -13,6 +13,7 @@
 
 #include "rrfuse/alloc.h"
 #include "rrfuse/policy.h"
+#include "../../allocators/mballoc.h"
 #include "../../allocators/policy.h"
 
 static char img[64];
@@ -140,6 +141,87 @@ START_TEST(loader_refuses_with_the_reason)
 }
 END_TEST
 
+/* A policy that answers every request with one block, set by the test. */
+static uint64_t answer;
+static unsigned int asked;
+
+static void fixed_choose(struct rr_alloc *x, struct mb_ac *ac)
+{
+	ac->b_ex.group = (uint32_t)((answer - x->first_data_block) / x->bpg);
+	ac->b_ex.start = (uint32_t)((answer - x->first_data_block) % x->bpg);
+	ac->b_ex.len = 1;
+	ac->status = AC_FOUND;
+	asked++;
+}
+
+static const struct mb_policy fixed = { .name = "fixed", .choose = fixed_choose };
+
+static void meta_block(struct rr_extent *out)
+{
+	struct rr_alloc_req req = { .len = 1, .flags = RR_ALLOC_METADATA };
+
+	ck_assert_int_eq(rr_alloc_blocks(a, &req, out), 0);
+	ck_assert(ext2fs_test_block_bitmap2(fs->block_map, out->pblk));
+}
+
+/*
+ * The engine's checks (allocators/mb_guard.c) by kind: a block preallocated
+ * for another file, one in use, metadata, one past the end; each refused,
+ * counted, and the request served by regular elsewhere; after 64
+ * refusals the policy is no longer asked.
+ */
+START_TEST(guard_refuses_each_kind_then_switches_off)
+{
+	struct rr_alloc_req small = { .ino = 12, .lblk = 0, .len = 1, .isize = 4096, .flags = RR_ALLOC_DATA };
+	struct rr_extent file, out;
+	char err[128];
+	unsigned int i;
+
+	/* A small file's block; the rest of its CPU's group preallocation follows it. */
+	ck_assert_int_eq(rr_alloc_blocks(a, &small, &file), 0);
+	ck_assert_uint_gt(rr_alloc_prealloc_blocks(a), 0);
+	ck_assert_int_eq(mb_policy_switch(a, &fixed, err, sizeof(err)), 0);
+
+	answer = file.pblk + file.len;
+	meta_block(&out);
+	ck_assert_uint_eq(atomic_load(&a->stats.refused[MB_REFUSE_RESERVED]), 1);
+	ck_assert_uint_ne(out.pblk, answer);
+
+	answer = file.pblk;
+	meta_block(&out);
+	ck_assert_uint_eq(atomic_load(&a->stats.refused[MB_REFUSE_USED]), 1);
+	ck_assert_uint_ne(out.pblk, answer);
+
+	answer = ext2fs_inode_table_loc(fs, 0) + 1;
+	meta_block(&out);
+	ck_assert_uint_eq(atomic_load(&a->stats.refused[MB_REFUSE_METADATA]), 1);
+
+	answer = ext2fs_blocks_count(fs->super) + 5;
+	meta_block(&out);
+	ck_assert_uint_eq(atomic_load(&a->stats.refused[MB_REFUSE_OUTSIDE]), 1);
+	ck_assert_uint_eq(atomic_load(&a->stats.policies_off), 0);
+
+	/* A free block is taken as answered. */
+	answer = out.pblk + 100;
+	ck_assert_int_eq(ext2fs_test_block_bitmap2(fs->block_map, answer), 0);
+	meta_block(&out);
+	ck_assert_uint_eq(out.pblk, answer);
+
+	answer = file.pblk;
+	for (i = 4; i < MB_GUARD_MAX_REFUSED; i++)
+		meta_block(&out);
+	ck_assert_uint_eq(atomic_load(&a->stats.policies_off), 1);
+	ck_assert_int_eq(atomic_load(&a->run->off), 1);
+	asked = 0;
+	meta_block(&out);
+	ck_assert_uint_eq(asked, 0);
+	/* The next rrctl command shows regular running, and a switch back starts the policy afresh. */
+	ck_assert_int_eq(rr_alloc_get(a, "allocator", err, sizeof(err), err, sizeof(err)), 0);
+	ck_assert_str_eq(err, "regular");
+	ck_assert_ptr_eq(a->policy, &mb_policy_regular);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("policy_api");
@@ -149,6 +231,7 @@ int main(void)
 	tcase_add_test(tc, geometry_is_the_filesystems);
 	tcase_add_test(tc, searches_find_free_runs_where_asked);
 	tcase_add_test(tc, loader_refuses_with_the_reason);
+	tcase_add_test(tc, guard_refuses_each_kind_then_switches_off);
 	suite_add_tcase(s, tc);
 	return unit_run(s);
 }
