@@ -7,9 +7,10 @@
  * The window follows from the file's size (request end or i_size, the
  * larger): 16 KiB .. 1 MiB steps starting at 0, then 2 MiB and 4 MiB windows
  * aligned to their size, then mb_max_prealloc_kb (the kernel's fixed 8 MiB,
- * made tunable by the seed patch) starting on an 8 MiB boundary.  It is then
- * cut to the request's group-sized span and to the file's allocated
- * neighbours.  Overlap with the inode's live preallocations is cut by the
+ * made tunable by the seed patch) starting on an 8 MiB boundary, whatever
+ * the request's length (with 4 KiB blocks NRL_CHECK_SIZE's "max <= chunk"
+ * always holds there).  It is then cut to the request's group-sized span and
+ * to the file's allocated neighbours, and may end before the request does.  Overlap with the inode's live preallocations is cut by the
  * engine (it holds them).  Pure: unit-tested as a table.
  */
 #include "mballoc.h"
@@ -76,10 +77,16 @@ void mb_normalize(struct mb_norm *n)
 		end = n->nbr.lright;
 	if (end - start > n->bpg)
 		end = start + n->bpg;
-	/* The window must still hold the request (trimming only ever met allocated blocks). */
+	/*
+	 * The window must hold the request's first block, not its whole: a
+	 * request longer than its window is served that much, and the caller
+	 * asks again for the rest (the kernel's fallocate of 1 GiB asks for
+	 * 32767 blocks at a time and gets 8 MiB windows: its trace shows
+	 * "orig 1/0/32767@0 goal 0/-1/2048@0").
+	 */
 	if (start > n->lblk)
 		start = n->lblk;
-	if (end < n->lblk + n->len) {
+	if (end <= n->lblk) {
 		end = n->lblk + n->len;
 		if (end - start > n->bpg)	/* the request is at most a group (the engine caps it) */
 			start = n->lblk;

@@ -624,6 +624,27 @@ static pthread_mutex_t *pa_owner_lock(struct rr_alloc *a, const struct mb_pa *pa
 	return pa->lg >= 0 ? &a->lg_locks[pa->lg] : ino_lock(a, pa->ino);
 }
 
+/* The list of locality group slot that a PA with free blocks belongs on. */
+static struct mb_pa **lg_list(struct rr_alloc *a, uint32_t slot, uint32_t free)
+{
+	int k = free ? 31 - __builtin_clz(free) : 0;
+
+	return &a->lg[slot * MB_LG_ORDERS + (k < MB_LG_ORDERS ? k : MB_LG_ORDERS - 1)];
+}
+
+/* Take a locality group's PA off its list, if on one.  lg_locks[pa->lg] held. */
+static void lg_remove_locked(struct rr_alloc *a, struct mb_pa *pa)
+{
+	struct mb_pa **pp;
+
+	for (pp = lg_list(a, (uint32_t)pa->lg, pa->free); *pp; pp = &(*pp)->inext)
+		if (*pp == pa) {
+			*pp = pa->inext;
+			pa->inext = NULL;
+			return;
+		}
+}
+
 /* Give a PA's unused blocks back to the buddy; blocks in [xs, xs+xn) are left alone.  Group lock held. */
 static void pa_give_back_locked(struct rr_alloc *a, struct mb_pa *pa, uint64_t xs, uint64_t xn)
 {
@@ -659,8 +680,7 @@ static void pa_unlink_locked(struct rr_alloc *a, struct mb_pa *pa, uint64_t xs, 
 	struct mb_group *grp = &a->groups[pa->group];
 
 	if (pa->lg >= 0) {
-		if (a->lg[pa->lg] == pa)
-			a->lg[pa->lg] = NULL;
+		lg_remove_locked(a, pa);
 	} else {
 		for (pp = &a->pa_hash[pa_bucket(a, pa->ino)]; *pp; pp = &(*pp)->inext)
 			if (*pp == pa) {
@@ -742,14 +762,14 @@ uint64_t rr_alloc_discard_all(struct rr_alloc *a)
 		pa_collect_bucket(a, i, 1, 0, &gone);
 		pthread_mutex_unlock(&a->pa_locks[i % MB_PA_LOCKS]);
 	}
-	for (i = 0; i < a->nlg; i++) {
-		pthread_mutex_lock(&a->lg_locks[i]);
-		if ((pa = a->lg[i])) {
+	for (i = 0; i < a->nlg * MB_LG_ORDERS; i++) {
+		pthread_mutex_lock(&a->lg_locks[i / MB_LG_ORDERS]);
+		while ((pa = a->lg[i])) {
 			pa_unlink_locked(a, pa, 0, 0);
 			pa->inext = gone;
 			gone = pa;
 		}
-		pthread_mutex_unlock(&a->lg_locks[i]);
+		pthread_mutex_unlock(&a->lg_locks[i / MB_LG_ORDERS]);
 	}
 	for (pa = gone; pa; pa = pa->inext)
 		n += pa->free;
@@ -769,11 +789,11 @@ uint64_t rr_alloc_prealloc_blocks(struct rr_alloc *a)
 			n += pa->free;
 		pthread_mutex_unlock(&a->pa_locks[i % MB_PA_LOCKS]);
 	}
-	for (i = 0; i < a->nlg; i++) {
-		pthread_mutex_lock(&a->lg_locks[i]);
-		if (a->lg[i])
-			n += a->lg[i]->free;
-		pthread_mutex_unlock(&a->lg_locks[i]);
+	for (i = 0; i < a->nlg * MB_LG_ORDERS; i++) {
+		pthread_mutex_lock(&a->lg_locks[i / MB_LG_ORDERS]);
+		for (pa = a->lg[i]; pa; pa = pa->inext)
+			n += pa->free;
+		pthread_mutex_unlock(&a->lg_locks[i / MB_LG_ORDERS]);
 	}
 	return n;
 }
@@ -909,18 +929,63 @@ static int closed_to_end(const struct rr_alloc *a, const struct rr_alloc_req *re
 	return (req->flags & RR_ALLOC_CLOSED) && req->lblk + req->len >= isize_blk;
 }
 
-/* Take len blocks from the front of the locality group's PA, if it has them. */
-static int lg_use(struct rr_alloc *a, uint32_t slot, uint32_t len, struct rr_extent *out)
+/*
+ * Put a locality group's PA on the list its free count says, after those
+ * with no more free blocks; a list grown past 8 drops its smallest PAs
+ * (but pa) onto *gone until 5 are left, as the kernel's
+ * ext4_mb_add_n_trim.  lg_locks[pa->lg] held.
+ */
+static void lg_insert_locked(struct rr_alloc *a, struct mb_pa *pa, struct mb_pa **gone)
 {
-	struct mb_pa *pa, *done = NULL;
+	struct mb_pa **head = lg_list(a, (uint32_t)pa->lg, pa->free), **pp, *q;
+	unsigned int n = 1;
+
+	for (pp = head; *pp && (*pp)->free <= pa->free; pp = &(*pp)->inext)
+		n++;
+	pa->inext = *pp;
+	*pp = pa;
+	for (q = pa->inext; q; q = q->inext)
+		n++;
+	for (pp = head; n > 8 && (q = *pp);) {
+		if (q == pa) {
+			pp = &q->inext;
+			continue;
+		}
+		pa_unlink_locked(a, q, 0, 0);
+		q->inext = *gone;
+		*gone = q;
+		if (--n <= 5)
+			break;
+	}
+}
+
+/*
+ * Take len blocks from the front of one of the locality group's PAs: of
+ * those with enough free, the one starting nearest the goal (kernel:
+ * ext4_mb_use_preallocated and ext4_mb_check_group_pa).  What is left of
+ * it goes back on the list its free count now says.
+ */
+static int lg_use(struct rr_alloc *a, uint32_t slot, uint32_t len, uint64_t goal, struct rr_extent *out)
+{
+	struct mb_pa *pa = NULL, *q, **head, *gone = NULL;
 	struct mb_group *grp;
+	uint64_t best = UINT64_MAX;
 
 	pthread_mutex_lock(&a->lg_locks[slot]);
-	pa = a->lg[slot];
-	if (!pa || pa->len < len) {
+	for (head = lg_list(a, slot, len); head < &a->lg[(slot + 1) * MB_LG_ORDERS]; head++)
+		for (q = *head; q; q = q->inext) {
+			uint64_t d = q->pstart > goal ? q->pstart - goal : goal - q->pstart;
+
+			if (q->free >= len && d < best) {
+				best = d;
+				pa = q;
+			}
+		}
+	if (!pa) {
 		pthread_mutex_unlock(&a->lg_locks[slot]);
 		return 0;
 	}
+	lg_remove_locked(a, pa);
 	grp = &a->groups[pa->group];
 	pthread_mutex_lock(&grp->lock);
 	out->pblk = pa->pstart;
@@ -930,13 +995,15 @@ static int lg_use(struct rr_alloc *a, uint32_t slot, uint32_t len, struct rr_ext
 	pa->free -= len;
 	take_locked(a, pa->group, (uint32_t)(out->pblk - group_first(a, pa->group)), len);
 	pthread_mutex_unlock(&grp->lock);
-	if (!pa->len) {
+	if (pa->len) {
+		lg_insert_locked(a, pa, &gone);
+	} else {
 		pa_unlink_locked(a, pa, 0, 0);
-		done = pa;
+		pa->inext = gone;
+		gone = pa;
 	}
 	pthread_mutex_unlock(&a->lg_locks[slot]);
-	if (done)
-		pa_free(a, done);
+	pa_release_list(a, gone);
 	return 1;
 }
 
@@ -1474,10 +1541,7 @@ static int ac_use(struct rr_alloc *a, struct mb_ac *ac, int make_pa, struct rr_e
 	a->groups[g].pas = pa;
 	pthread_mutex_unlock(&a->groups[g].lock);
 	if (lg) {
-		old = a->lg[pa->lg];
-		if (old)
-			pa_unlink_locked(a, old, 0, 0);
-		a->lg[pa->lg] = pa;
+		lg_insert_locked(a, pa, &old);
 	} else {
 		pa->inext = a->pa_hash[pa_bucket(a, pa->ino)];
 		a->pa_hash[pa_bucket(a, pa->ino)] = pa;
@@ -1485,10 +1549,7 @@ static int ac_use(struct rr_alloc *a, struct mb_ac *ac, int make_pa, struct rr_e
 	pthread_mutex_unlock(owner);
 	atomic_fetch_add(&a->pa_count, 1);
 	STAT_ADD(a, preallocated, pa->free);
-	if (old) {
-		old->inext = NULL;
-		pa_release_list(a, old);
-	}
+	pa_release_list(a, old);
 	return 0;
 }
 
@@ -1549,6 +1610,45 @@ static int choose_checked(struct rr_alloc *a, struct mb_running *run, const stru
 	}
 }
 
+/*
+ * A stream's window from the kernel's writeback cache, found whole, grows
+ * over the free run that follows it in its group, up to one extent
+ * (EXT_INIT_MAX_LEN blocks).  ext4_writepages maps a file's dirty range in
+ * calls of at most 2048 blocks, each at the goal where the last one ended,
+ * and finishes the file before it turns to the next: two files written at
+ * once each end up whole (two 256 MiB writers: 3 extents a file).  The FUSE
+ * writeback cache sends rrfuse the same pages interleaved every few MiB, and
+ * windows taken in that order alternate between the files (13 extents a
+ * file).  Taking the run now gives this file the blocks its next requests
+ * would have had before the other file's; what it does not use goes back at
+ * its last close, as any preallocation (kernel: ext4_discard_preallocations
+ * from ext4_release_file), or when the device runs short.
+ */
+static void writeback_window(struct rr_alloc *a, struct mb_ac *ac, const struct rr_alloc_req *req)
+{
+	struct mb_group *grp = &a->groups[ac->b_ex.group];
+	uint64_t start = ac->g_ex.logical, size = EXT_INIT_MAX_LEN, end;
+	uint32_t more;
+
+	if (ac->g_ex.len >= size)
+		return;
+	if (start + size > 0xffffffffULL)
+		size = 0xffffffffULL - start;
+	if (req->nbr.pright && start + size > req->nbr.lright)
+		size = req->nbr.lright - start;
+	pa_adjust_overlap(a, req->ino, req->lblk, &start, &size);
+	end = start + size;
+	if (start != ac->g_ex.logical || end <= ac->g_ex.logical + ac->g_ex.len)
+		return;
+	more = (uint32_t)(end - (ac->g_ex.logical + ac->g_ex.len));
+	pthread_mutex_lock(&grp->lock);
+	more = mb_buddy_extent_at(grp->buddy, ac->b_ex.start + ac->b_ex.len, more);
+	pthread_mutex_unlock(&grp->lock);
+	ac->b_ex.len += more;
+	ac->g_ex.len += more;
+	ac->orig_goal_len += more;
+}
+
 /* One try: a PA hit, else normalise, search, use (again if the find was lost).  0 or -ENOSPC. */
 static int mb_new_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, uint32_t len,
 			 struct rr_extent *out)
@@ -1563,7 +1663,7 @@ static int mb_new_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, uin
 	}
 	small = file_data && group_alloc(a, req, len);
 	exact = file_data && !small && closed_to_end(a, req);
-	if (small && lg_use(a, mb_cpu_slot(a), len, out)) {
+	if (small && lg_use(a, mb_cpu_slot(a), len, req->goal, out)) {
 		stat_pa_hit(a, req, len, out);
 		return 0;
 	}
@@ -1596,6 +1696,10 @@ static int mb_new_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, uin
 			STAT_INC(a, goal_hits);
 		if (ac.b_ex.len == ac.orig_goal_len)
 			STAT_INC(a, len_goal_hits);
+		if ((req->flags & RR_ALLOC_WRITEBACK) && MB_T(a, rr_writeback_whole) &&
+		    (ac.hints & MB_HINT_WINDOW) &&
+		    ac.b_ex.len == ac.orig_goal_len)
+			writeback_window(a, &ac, req);
 		if (req->flags & RR_ALLOC_HINT_ONLY)
 			ret = use_hint(a, &ac, len, out);
 		else
@@ -2194,9 +2298,24 @@ static errcode_t cb_new_range(ext2_filsys fs, int flags, blk64_t goal, blk64_t l
 			if (use_hint(a, &ac, n, &ex))
 				n = 0;
 		}
+		/*
+		 * The goal held by a preallocation: that one goes and the goal
+		 * is tried again.  Not every preallocation: libext2fs asks this
+		 * for a block next to the last one of a directory or extent
+		 * tree, mostly a block simply in use, and dropping them all
+		 * each time left the locality groups' windows as holes (a
+		 * copied tree: 184 free extents where the kernel leaves 78).
+		 */
 		if (!n && atomic_load(&a->pa_count)) {
-			rr_alloc_discard_all(a);
-			return cb_new_range(fs, flags, goal, len, pblk, plen);
+			struct mb_pa *held;
+
+			pthread_mutex_lock(&a->groups[g].lock);
+			held = pa_overlapping(a, g, goal, 1, NULL);
+			pthread_mutex_unlock(&a->groups[g].lock);
+			if (held) {
+				pa_discard_overlap(a, goal, 1, 0);
+				return cb_new_range(fs, flags, goal, len, pblk, plen);
+			}
 		}
 		if (!n || ((flags & EXT2_NEWRANGE_MIN_LENGTH) && n < len))
 			return EXT2_ET_BLOCK_ALLOC_FAIL;
@@ -2266,7 +2385,7 @@ int rr_alloc_attach(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr
 		a->nr_last_groups = (a->ngroups + 3) / 4;
 	a->last_groups = calloc(a->nr_last_groups, sizeof(*a->last_groups));
 	a->nlg = (uint32_t)(ncpu > 0 ? ncpu : 1);
-	a->lg = calloc(a->nlg, sizeof(*a->lg));
+	a->lg = calloc((size_t)a->nlg * MB_LG_ORDERS, sizeof(*a->lg));
 	a->lg_locks = calloc(a->nlg, sizeof(*a->lg_locks));
 	a->list_words = (a->ngroups + 63) / 64;
 	a->list_bits = calloc((size_t)MB_NLISTS * MB_NUM_ORDERS_MAX * a->list_words, sizeof(*a->list_bits));

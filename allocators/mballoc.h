@@ -137,10 +137,13 @@ struct mb_pa {
 	ext2_ino_t ino;
 	uint32_t group;
 	int32_t lg;			/* locality group, or -1 for an inode PA */
-	struct mb_pa *inext;		/* inode hash chain */
+	struct mb_pa *inext;		/* inode hash chain, or the locality group's list */
 	struct mb_pa *gnext;		/* group's list */
 	uint8_t taken[];		/* inode PA: a bit per block, 1 = handed out */
 };
+
+/* A locality group's PA lists, by order of free blocks (kernel: PREALLOC_TB_SIZE). */
+#define MB_LG_ORDERS 10
 
 /* Request hints (EXT4_MB_HINT_* in the kernel). */
 #define MB_HINT_DATA		0x01
@@ -284,7 +287,12 @@ struct rr_alloc {
 	pthread_mutex_t pa_locks[MB_PA_LOCKS];
 	struct mb_pa **pa_hash;
 	uint32_t pa_nbuckets;
-	/* Locality groups, one per CPU: each holds its current group PA (or NULL), under lg_locks[i]. */
+	/*
+	 * Locality groups, one per CPU: lg[i * MB_LG_ORDERS + k] lists group
+	 * i's PAs whose free count has order k (the last list: that or more),
+	 * in rising free count, chained by inext, under lg_locks[i] (kernel:
+	 * lg_prealloc_list).
+	 */
 	struct mb_pa **lg;
 	pthread_mutex_t *lg_locks;
 	uint32_t nlg;

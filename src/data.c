@@ -431,7 +431,8 @@ static int64_t delay_write(struct rr_fs *rfs, struct rr_inode *ri, const char *s
 /* Write the buffer out: allocate, write, map, run by run.  Caller holds rw exclusively. */
 static int flush_locked(struct rr_fs *rfs, struct rr_inode *ri, int closed)
 {
-	unsigned int flags = RR_ALLOC_RESERVED | RR_ALLOC_USE_ROOT_RESV | (closed ? RR_ALLOC_CLOSED : 0);
+	unsigned int flags = RR_ALLOC_RESERVED | RR_ALLOC_USE_ROOT_RESV | (closed ? RR_ALLOC_CLOSED : 0) |
+			     (atomic_load(&ri->streaming) ? RR_ALLOC_WRITEBACK : 0);
 	int ret = 0;
 
 	/* After errors=remount-ro nothing changes any more, as ext4's writeback then fails. */
@@ -541,6 +542,7 @@ ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size
 		   uint64_t off, int root, int delay, int *short_err)
 {
 	uint64_t end = off + size, pos, last;
+	unsigned int wb;
 	int ret;
 
 	*short_err = 0;
@@ -564,7 +566,9 @@ ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size
 		return ret;
 
 	pthread_rwlock_wrlock(&ri->rw);
-	delay = delay && !atomic_load(&ri->streaming);
+	/* The writeback cache's pages of a stream: allocated now, as the kernel's writeback would. */
+	wb = delay && atomic_load(&ri->streaming) ? RR_ALLOC_WRITEBACK : 0;
+	delay = delay && !wb;
 	ret = emap_ensure(rfs, ri);
 	/* A direct write maps blocks: none may be waiting in the buffer. */
 	if (!ret && !delay && ri->dbuf.cnt)
@@ -603,7 +607,7 @@ ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size
 		} else {
 			int64_t r = delay ? delay_write(rfs, ri, buf + (pos - off), pos, end, n, root) :
 				    fill_hole(rfs, ri, buf + (pos - off), pos, end, n,
-					      root ? RR_ALLOC_USE_ROOT_RESV : 0, 1);
+					      (root ? RR_ALLOC_USE_ROOT_RESV : 0) | wb, 1);
 
 			/*
 			 * No memory for the buffer (or too many runs for one

@@ -53,6 +53,14 @@
  * (a symlink's target): never a block freed since the last commit.
  */
 #define RR_ALLOC_IMMEDIATE	0x0080
+/*
+ * DATA: a stream that reaches rrfuse through the kernel's writeback cache.
+ * The kernel's own writeback maps one file's dirty pages before the next
+ * file's; FUSE's interleaves files every few MiB.  The engine gives such a
+ * request the blocks the file's next requests would have had first (see
+ * writeback_window in allocators/mballoc.c).
+ */
+#define RR_ALLOC_WRITEBACK	0x0100
 
 /* The file's allocated blocks around a hole, for normalisation (kernel: lleft/pleft, lright/pright). */
 struct rr_alloc_nbr {

@@ -214,6 +214,11 @@ START_TEST(normalize_table)
 		{ 5000, 32, 0, 8192, 4096, 2048 },
 		{ 5000, 32, 0, 32768, 4096, 8192 },
 		{ 2048, 32, 0, 32768, 2048, 8192 },
+		/* A request longer than the window gets the window (kernel: fallocate 1 GiB). */
+		{ 0, 32767, 0, 8192, 0, 2048 },
+		{ 2048, 32767, 0, 8192, 2048, 2048 },
+		{ 30720, 32767, 0, 8192, 30720, 2048 },
+		{ 100, 4000, 0, 32768, 0, 8192 },
 		/* i_size counts: a write inside a big file gets the big window. */
 		{ 10, 1, 100 << 20, 8192, 0, 2048 },
 		/* Never more than a group. */
