@@ -327,6 +327,11 @@ struct plugin {
 static pthread_mutex_t plugins_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct plugin *plugins;
 
+int rr_alloc_policy_check(const struct rr_alloc_tunables *t, char *err, size_t errlen)
+{
+	return !t->policy[0] || mb_policy_get(t->policy, t, err, errlen) ? 0 : -EINVAL;
+}
+
 const struct mb_policy *mb_plugin_find(const char *name)
 {
 	const struct plugin *p;

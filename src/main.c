@@ -279,6 +279,8 @@ static int check_mountpoint(const char *mnt)
  */
 static int options_to_opts(const struct cmdline *c, const struct fuse_cmdline_opts *fo, struct rr_opts *opts)
 {
+	char err[256];
+
 	if (c->commit && (rr_parse_u32(c->commit, &opts->commit_secs) || opts->commit_secs > 86400)) {
 		fprintf(stderr, "rrfuse: bad value for commit=: '%s' (seconds, 0..86400: decimal, 0x hex, 0 octal)\n",
 			c->commit);
@@ -316,6 +318,11 @@ static int options_to_opts(const struct cmdline *c, const struct fuse_cmdline_op
 	}
 	if (c->alloc_err[0]) {
 		fprintf(stderr, "rrfuse: %s\n", c->alloc_err);
+		return -1;
+	}
+	/* A policy that is no built-in loads now (once all options, policy_dir too, are known). */
+	if (rr_alloc_policy_check(&c->alloc, err, sizeof(err))) {
+		fprintf(stderr, "rrfuse: %s\n", err);
 		return -1;
 	}
 	opts->alloc = c->alloc;

@@ -98,6 +98,12 @@ struct rr_alloc_tunables {
 
 void rr_alloc_tunables_default(struct rr_alloc_tunables *t);
 /*
+ * Load the policy t names if it is no built-in (a NAME.so, a path: see
+ * allocators/mb_plugin.c), so that a mount refuses it before opening the
+ * image; 0, or -EINVAL with the reason in err.  An empty name is the default.
+ */
+int rr_alloc_policy_check(const struct rr_alloc_tunables *t, char *err, size_t errlen);
+/*
  * Set one tunable by its name (the kernel's sysfs name, or the alias
  * max_prealloc_kb, or allocator) from text.  Returns 0, or -ENOENT for an
  * unknown name, -EINVAL for a bad value, with a one-line reason in err.
