@@ -226,6 +226,13 @@ static void print_requests(const struct rrctl_stats *s)
 			printf(", %s %llu", req_names[i] ? req_names[i] : "other",
 			       (unsigned long long)s->requests[i]);
 	printf("\n");
+	/* The ring carries requests once every queue has an entry waiting (fs/fuse/dev_uring.c). */
+	if (s->ring_wanted)
+		printf("transport: io_uring, %u of %u entries on %u queues; %llu requests over io_uring, "
+		       "%llu over /dev/fuse\n", s->ring_entries, s->ring_wanted, s->ring_queues,
+		       (unsigned long long)s->ring_requests, total - s->ring_requests);
+	else
+		printf("transport: /dev/fuse; %llu requests over /dev/fuse\n", total);
 }
 
 /*

@@ -4,10 +4,10 @@
  * model and report what the trace would cost a flash device.
  *
  *   rrftl TRACE --capacity BYTES --op PERCENT [--erase-kb N] [--page-kb N]
- *         [--gc greedy|cost-benefit] [--no-trim] [--streams 1|2]
+ *         [--gc greedy|cost-benefit|lrw] [--no-trim] [--streams 1|2]
  *         [--warmup BYTES] [--interval PAGES] [--json]
- *   rrftl --generate seq|random|fill-random --capacity BYTES [--writes N]
- *         [--bs BYTES] [--seed N]            (a synthetic trace on stdout)
+ *   rrftl --generate seq|random|fill-random|fill-hotcold --capacity BYTES [--writes N]
+ *         [--bs BYTES] [--seed N] [--hot R/F]  (a synthetic trace on stdout)
  *
  * The trace is fio's iolog version 3 ("fio version 3 iolog", then lines
  * "TIME FILE ACTION [OFFSET LENGTH]"), the format `fio --read_iolog`
@@ -21,7 +21,9 @@
  * block is needed and only FTL_GC_RESERVE_BLOCKS are free, garbage
  * collection picks a victim (greedy: fewest valid pages; cost-benefit: the
  * best (1 - u) * age / (1 + u), Rosenblum and Ousterhout, "The design and
- * implementation of a log-structured file system", SOSP 1991), copies its
+ * implementation of a log-structured file system", SOSP 1991; lrw: the
+ * least recently written, i.e. FIFO, the policy Desnoyers' non-uniform
+ * traffic model is exact for), copies its
  * valid pages to the GC stream's open block and erases it.  TRIM
  * invalidates whole pages inside the range (--no-trim: ignored, as a device
  * without discard support).  A write that covers part of a page programs the
@@ -80,7 +82,7 @@
 #define FTL_GEN_DEFAULT_SEED	1	/* --generate: PRNG seed */
 #define FTL_NONE		UINT32_MAX	/* an unmapped page, no block */
 
-enum ftl_gc { FTL_GC_GREEDY, FTL_GC_COST_BENEFIT };
+enum ftl_gc { FTL_GC_GREEDY, FTL_GC_COST_BENEFIT, FTL_GC_LRW };
 
 /* One erase block.  Full blocks with v valid pages sit on list v (greedy). */
 struct ftl_block {
@@ -101,7 +103,7 @@ struct ftl_sample {
 	uint64_t host;		/* host page writes so far */
 	double wa_interval, wa_total;
 	double live_user, live_flash;
-	double erase_mean;
+	double erase_mean, erase_cv;
 	uint64_t erase_max;
 };
 
@@ -230,6 +232,26 @@ static uint32_t ftl_pick_cost_benefit(struct ftl *f)
 	return victim;
 }
 
+/* The full block programmed longest ago: cleaning in the order of writing. */
+static uint32_t ftl_pick_lrw(struct ftl *f)
+{
+	uint32_t b, victim = FTL_NONE;
+
+	for (b = 0; b < f->nblocks; b++)
+		if (f->blk[b].full && (victim == FTL_NONE || f->blk[b].written_at < f->blk[victim].written_at))
+			victim = b;
+	return victim;
+}
+
+static uint32_t ftl_pick(struct ftl *f)
+{
+	switch (f->gc) {
+	case FTL_GC_COST_BENEFIT: return ftl_pick_cost_benefit(f);
+	case FTL_GC_LRW: return ftl_pick_lrw(f);
+	default: return ftl_pick_greedy(f);
+	}
+}
+
 static void ftl_program(struct ftl *f, int s, uint32_t lpn, bool gc);
 
 /* Collect one victim: copy its valid pages out, erase it. */
@@ -238,8 +260,9 @@ static void ftl_gc_one(struct ftl *f)
 	uint32_t victim, i, base;
 	int s = f->streams > 1 ? 1 : 0;
 
-	victim = f->gc == FTL_GC_GREEDY ? ftl_pick_greedy(f) : ftl_pick_cost_benefit(f);
-	if (victim == FTL_NONE || f->blk[victim].valid == f->ppb) {
+	victim = ftl_pick(f);
+	/* LRW may take a block still whole (it goes to the end of the log); the others never need to */
+	if (victim == FTL_NONE || (f->gc != FTL_GC_LRW && f->blk[victim].valid == f->ppb)) {
 		/* cannot happen with the geometry check of ftl_init; never loop */
 		fprintf(stderr, "rrftl: no block to reclaim (over-provisioning too small for this geometry)\n");
 		exit(1);
@@ -336,7 +359,6 @@ static double ftl_ratio(uint64_t a, uint64_t b)
 static void ftl_sample(struct ftl *f)
 {
 	struct ftl_sample *x;
-	double cv;
 
 	if (f->nsamples == f->samples_cap) {
 		f->samples_cap = f->samples_cap ? 2 * f->samples_cap : 64;
@@ -352,7 +374,7 @@ static void ftl_sample(struct ftl *f)
 	x->wa_total = ftl_ratio(ftl_flash_writes(f), f->host_writes);
 	x->live_user = (double)f->mapped / f->user_pages;
 	x->live_flash = (double)f->mapped / f->phys_pages;
-	ftl_erase_stats(f, &x->erase_mean, &x->erase_max, &cv);
+	ftl_erase_stats(f, &x->erase_mean, &x->erase_max, &x->erase_cv);
 	f->last_host = f->host_writes;
 	f->last_flash = ftl_flash_writes(f);
 }
@@ -548,7 +570,9 @@ static void ftl_report(struct ftl *f, const char *path, bool json)
 	double mean, cv;
 	uint64_t max;
 	size_t i;
-	const char *gc = f->gc == FTL_GC_GREEDY ? "greedy" : "cost-benefit";
+	static const char *const gc_names[] = { [FTL_GC_GREEDY] = "greedy",
+		[FTL_GC_COST_BENEFIT] = "cost-benefit", [FTL_GC_LRW] = "lrw" };
+	const char *gc = gc_names[f->gc];
 
 	ftl_erase_stats(f, &mean, &max, &cv);
 	if (json) {
@@ -582,9 +606,9 @@ static void ftl_report(struct ftl *f, const char *path, bool json)
 
 			printf("%s\n    {\"host_writes\": %" PRIu64 ", \"wa_interval\": %.4f, \"wa_total\": %.4f, "
 			       "\"live_user\": %.4f, \"live_flash\": %.4f, \"erase_mean\": %.4f, "
-			       "\"erase_max\": %" PRIu64 "}",
+			       "\"erase_max\": %" PRIu64 ", \"erase_cv\": %.4f}",
 			       i ? "," : "", s->host, s->wa_interval, s->wa_total, s->live_user, s->live_flash,
-			       s->erase_mean, s->erase_max);
+			       s->erase_mean, s->erase_max, s->erase_cv);
 		}
 		printf("\n  ]\n}\n");
 		return;
@@ -610,14 +634,14 @@ static void ftl_report(struct ftl *f, const char *path, bool json)
 	printf("live fraction: %.4f of the user capacity, %.4f of the flash\n",
 	       (double)f->mapped / f->user_pages, (double)f->mapped / f->phys_pages);
 	if (f->nsamples) {
-		printf("\n%14s %10s %10s %10s %10s %10s %10s\n", "host writes", "WA (intv)", "WA (total)",
-		       "live/user", "live/flash", "erase mean", "erase max");
+		printf("\n%14s %10s %10s %10s %10s %10s %10s %10s\n", "host writes", "WA (intv)", "WA (total)",
+		       "live/user", "live/flash", "erase mean", "erase max", "erase cv");
 		for (i = 0; i < f->nsamples; i++) {
 			struct ftl_sample *s = &f->samples[i];
 
-			printf("%14" PRIu64 " %10.3f %10.3f %10.4f %10.4f %10.2f %10" PRIu64 "\n", s->host,
+			printf("%14" PRIu64 " %10.3f %10.3f %10.4f %10.4f %10.2f %10" PRIu64 " %10.3f\n", s->host,
 			       s->wa_interval, s->wa_total, s->live_user, s->live_flash, s->erase_mean,
-			       s->erase_max);
+			       s->erase_max, s->erase_cv);
 		}
 	}
 }
@@ -645,19 +669,45 @@ static uint64_t gen_below(uint64_t *state, uint64_t n)
 	return x % n;
 }
 
+/* Hot/cold traffic: hot_writes % of the writes go to the first hot_space % of the slots. */
+struct gen_skew {
+	double hot_writes, hot_space;
+};
+
+/* A random slot: uniform, or uniform within the hot or the cold part. */
+static uint64_t gen_slot(uint64_t *state, uint64_t slots, const struct gen_skew *skew)
+{
+	uint64_t hot;
+
+	if (!skew)
+		return gen_below(state, slots);
+	hot = (uint64_t)((double)slots * skew->hot_space / 100);
+	if (hot < 1)
+		hot = 1;
+	if (hot >= slots)
+		return gen_below(state, slots);
+	if ((double)gen_below(state, 1000000) < skew->hot_writes * 10000)
+		return gen_below(state, hot);
+	return hot + gen_below(state, slots - hot);
+}
+
 /*
  * seq: --writes writes of --bs going round the device from offset 0;
  * random: uniformly random aligned slots; fill-random: the whole device in
- * order first (as the analytic models assume), then --writes random ones.
+ * order first (as the analytic models assume), then --writes random ones;
+ * fill-hotcold: the same with --hot R/F: R % of the writes to F % of the
+ * device (uniform within each part).
  */
-static int gen_trace(const char *kind, uint64_t capacity, uint64_t writes, uint64_t bs, uint64_t seed)
+static int gen_trace(const char *kind, uint64_t capacity, uint64_t writes, uint64_t bs, uint64_t seed,
+		     const struct gen_skew *skew)
 {
 	const char *dev = "/dev/rrftl";
 	uint64_t slots = bs ? capacity / bs : 0, t = 0, i, state = seed;
-	bool fill = !strcmp(kind, "fill-random"), random = fill || !strcmp(kind, "random");
+	bool hotcold = !strcmp(kind, "fill-hotcold");
+	bool fill = hotcold || !strcmp(kind, "fill-random"), random = fill || !strcmp(kind, "random");
 
 	if (!random && strcmp(kind, "seq")) {
-		fprintf(stderr, "rrftl: --generate seq, random or fill-random\n");
+		fprintf(stderr, "rrftl: --generate seq, random, fill-random or fill-hotcold\n");
 		return 2;
 	}
 	if (!slots) {
@@ -669,7 +719,7 @@ static int gen_trace(const char *kind, uint64_t capacity, uint64_t writes, uint6
 		for (i = 0; i < slots; i++)
 			printf("%" PRIu64 " %s write %" PRIu64 " %" PRIu64 "\n", t++, dev, i * bs, bs);
 	for (i = 0; i < writes; i++) {
-		uint64_t slot = random ? gen_below(&state, slots) : i % slots;
+		uint64_t slot = random ? gen_slot(&state, slots, hotcold ? skew : NULL) : i % slots;
 
 		printf("%" PRIu64 " %s write %" PRIu64 " %" PRIu64 "\n", t++, dev, slot * bs, bs);
 	}
@@ -682,16 +732,16 @@ static int gen_trace(const char *kind, uint64_t capacity, uint64_t writes, uint6
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: rrftl TRACE --capacity BYTES --op PERCENT [--erase-kb N] [--page-kb N]\n"
-		   "             [--gc greedy|cost-benefit] [--no-trim] [--streams 1|2]\n"
+		   "             [--gc greedy|cost-benefit|lrw] [--no-trim] [--streams 1|2]\n"
 		   "             [--warmup BYTES] [--interval PAGES] [--json]\n"
-		   "       rrftl --generate seq|random|fill-random --capacity BYTES [--writes N]\n"
-		   "             [--bs BYTES] [--seed N]\n\n"
+		   "       rrftl --generate seq|random|fill-random|fill-hotcold --capacity BYTES [--writes N]\n"
+		   "             [--bs BYTES] [--seed N] [--hot R/F]\n\n"
 		   "Replay a fio iolog (version 3) through a page-mapped FTL model.\n\n"
 		   "    --capacity BYTES  the host's address space (K, M, G, T suffixes: binary)\n"
 		   "    --op PERCENT      over-provisioning, spare / user (7 = 7 %%)\n"
 		   "    --erase-kb N      erase block (default %d)\n"
 		   "    --page-kb N       flash page, the mapping unit (default %d)\n"
-		   "    --gc POLICY       victim selection: greedy (default) or cost-benefit\n"
+		   "    --gc POLICY       victim selection: greedy (default), cost-benefit or lrw (oldest)\n"
 		   "    --no-trim         ignore trims (a device without discard)\n"
 		   "    --streams N       1: GC copies share the host's open block (default); 2: their own\n"
 		   "    --warmup BYTES    host writes before the measurement starts (default 0)\n"
@@ -700,7 +750,9 @@ static void usage(FILE *f)
 		   "    --json            the same figures as JSON\n"
 		   "    --generate KIND   write a synthetic trace to stdout: seq (--writes writes going round\n"
 		   "                      the device), random (uniform), fill-random (fill in order, then\n"
-		   "                      --writes random writes); --bs bytes each (default %d), --seed\n",
+		   "                      --writes random writes), fill-hotcold (the same, R %% of the\n"
+		   "                      writes to F %% of the device: --hot R/F, default 80/20); --bs\n"
+		   "                      bytes each (default %d), --seed\n",
 		FTL_DEFAULT_ERASE_KB, FTL_DEFAULT_PAGE_KB, FTL_GEN_DEFAULT_BS);
 }
 
@@ -745,6 +797,7 @@ int main(int argc, char **argv)
 		{ "writes", required_argument, NULL, 'W' },
 		{ "bs", required_argument, NULL, 'b' },
 		{ "seed", required_argument, NULL, 'S' },
+		{ "hot", required_argument, NULL, 'H' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 }
@@ -756,6 +809,7 @@ int main(int argc, char **argv)
 	double op = -1;
 	bool json = false, have_op = false;
 	const char *generate = NULL;
+	struct gen_skew skew = { 80, 20 };
 	char *end;
 	int c;
 
@@ -777,6 +831,8 @@ int main(int argc, char **argv)
 				f.gc = FTL_GC_GREEDY;
 			else if (!strcmp(optarg, "cost-benefit"))
 				f.gc = FTL_GC_COST_BENEFIT;
+			else if (!strcmp(optarg, "lrw"))
+				f.gc = FTL_GC_LRW;
 			else
 				ok = false;
 			break;
@@ -792,6 +848,11 @@ int main(int argc, char **argv)
 		case 'W': ok = parse_size(optarg, &writes); break;
 		case 'b': ok = parse_size(optarg, &bs) && bs; break;
 		case 'S': ok = parse_size(optarg, &seed); break;
+		case 'H':
+			ok = sscanf(optarg, "%lf/%lf%c", &skew.hot_writes, &skew.hot_space, &(char){ 0 }) == 2 &&
+			     skew.hot_writes >= 0 && skew.hot_writes <= 100 &&
+			     skew.hot_space > 0 && skew.hot_space < 100;
+			break;
 		case 'h': usage(stdout); return 0;
 		case 'V': printf("rrftl %s\n", RRFUSE_VERSION); return 0;
 		default: usage(stderr); return 2;
@@ -807,7 +868,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (generate)
-		return optind == argc ? gen_trace(generate, capacity, writes, bs, seed) : 2;
+		return optind == argc ? gen_trace(generate, capacity, writes, bs, seed, &skew) : 2;
 	if (optind != argc - 1 || !have_op) {
 		usage(stderr);
 		return 2;

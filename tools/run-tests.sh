@@ -68,7 +68,8 @@ suite() {
 	step "rrfsx random operations ($dir)" rrfsx_run "$dir/tests/fsx/rrfsx" "$dir/rrfuse"
 	step "fuzzed images ($dir)" /usr/bin/python3 tests/fuzz/rrfuzz.py --rrfuse "$top/$dir/rrfuse" \
 		--opts check --count "${RRFUZZ_COUNT:-500}" --seed "$fuzz_seed" --keep-failed "/var/tmp/rrfuzz-failures-$dir"
-	step "mount tests ($dir)" env RRFUSE="$top/$dir/rrfuse" RRFUSE_OPTS=check /usr/bin/python3 -m pytest -q \
+	step "mount tests ($dir${mount_opts#check})" env RRFUSE="$top/$dir/rrfuse" RRFUSE_OPTS="$mount_opts" \
+		/usr/bin/python3 -m pytest -q \
 		-p no:cacheprovider tests/mount "${pytest_args[@]}"
 	# The mixed workloads at once; tools/soak.sh --minutes N for a long one.
 	step "soak, ${RRSOAK_MINUTES:-1} min ($dir)" tools/soak.sh --build "$dir" --minutes "${RRSOAK_MINUTES:-1}" --size 256M
@@ -76,9 +77,11 @@ suite() {
 }
 
 # rrmap and rrftl (issue 17): against e2freefrag, debugfs, filefrag and the
-# analytic FTL results (20 s; a minute under ASan); rrblk2iolog on blkparse
-# text and a kernel trace (2 s); rrbench report on tiny sizes (a minute, plain
-# build only); rrbench fidelity on tiny sizes (seconds); rrmap on fuzzed images
+# analytic FTL results, uniform and hot/cold (25 s; a minute under ASan);
+# rrblk2iolog on blkparse text and a kernel trace (2 s); the report's verdict
+# rules on made-up data (1 s); rrbench report on tiny sizes (a minute and a
+# half, two at a load of 10; plain build only); rrbench fidelity on tiny sizes
+# (seconds); rrmap on fuzzed images
 # (200 cases, or as many as start within a minute: a case takes 0.3 s, 1.5 s
 # under ASan).
 evidence_tests() {
@@ -100,17 +103,26 @@ tsan_suite() {
 	[ $fail -eq $before ] || return
 	step "threaded unit tests ($dir)" meson test -C "$dir" --print-errorlogs alloc_threads
 	step "rrfsx random operations ($dir)" rrfsx_run "$dir/tests/fsx/rrfsx" "$dir/rrfuse"
-	step "concurrent mount tests ($dir)" env RRFUSE="$top/$dir/rrfuse" /usr/bin/python3 -m pytest -q \
+	# Their requests over io_uring: the plain build's mount tests and rrfsx here cover /dev/fuse.
+	step "concurrent mount tests ($dir, io_uring)" env RRFUSE="$top/$dir/rrfuse" RRFUSE_OPTS=io_uring \
+		/usr/bin/python3 -m pytest -q \
 		-p no:cacheprovider tests/mount/test_concurrency.py tests/mount/test_unlink_open.py \
 		tests/mount/test_orphan.py tests/mount/test_rrctl.py tests/mount/test_delalloc.py \
-		tests/mount/test_direct_io.py tests/mount/test_killpriv.py tests/mount/test_statx.py
+		tests/mount/test_direct_io.py tests/mount/test_killpriv.py tests/mount/test_statx.py \
+		tests/mount/test_uring.py
 }
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export TSAN_OPTIONS=halt_on_error=1:exitcode=66
+# FUSE over io_uring (Linux 6.14): the kernel offers it only with this set, which root may do.
+uring_param=/sys/module/fuse/parameters/enable_uring
+[ -w $uring_param ] && echo Y >$uring_param
+mount_opts=check
 suite build
 if [ $quick -eq 0 ]; then
+	# The whole mount suite again, its requests over io_uring (-o io_uring, tests/mount/test_uring.py).
+	mount_opts=check,io_uring
 	suite build-asan -Db_sanitize=address,undefined -Db_lundef=false
 	tsan_suite
 fi

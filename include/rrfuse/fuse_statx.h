@@ -2,7 +2,7 @@
 /*
  * FUSE_STATX (protocol 7.39, Linux 6.6): the request and reply as the
  * kernel's uapi <linux/fuse.h> defines them.  Debian 12's kernel headers
- * (6.1) and libfuse 3.14 predate it, so rrfuse's channel (src/channel.c)
+ * (6.1) and libfuse 3.14 predate it, so rrfuse's channel (src/fuse/channel.c)
  * answers it from these.  The sizes are the ABI: checked below.
  */
 #ifndef RRFUSE_FUSE_STATX_H

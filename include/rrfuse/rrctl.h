@@ -105,6 +105,10 @@ struct rrctl_stats {
 	uint64_t requests[RRCTL_NREQ];
 	/* Cached blocks given up because a commit freed them (written nowhere, nor logged). */
 	uint64_t cache_forgotten;
+	/* FUSE over io_uring (-o io_uring): requests that came over the ring (of requests[]),
+	 * ring entries registered and serving now, entries started, the kernel's queues. */
+	uint64_t ring_requests;
+	uint32_t ring_entries, ring_wanted, ring_queues, reserved2;
 	/*
 	 * A policy's answers the engine refused (allocators/mb_guard.c), by kind:
 	 * outside the device, in metadata, in use, reserved; and the policies

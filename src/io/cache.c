@@ -23,11 +23,11 @@
  *    device in one write, never its fields without their checksum.
  *  - Blocks freed are not reused for file data before the commit that
  *    frees them is on disk: the allocator keeps them (allocators/mballoc.c,
- *    free_freed and rr_alloc_blocks; the commit brackets it, src/commit.c).
+ *    free_freed and rr_alloc_blocks; the commit brackets it, src/core/commit.c).
  *    Metadata may take them sooner, since it reaches the device only
  *    through this cache, at that same commit.
  *  - A block a commit frees is forgotten, dirty or not, before that commit
- *    writes anything (io_cache_forget, called by src/commit.c): its bytes
+ *    writes anything (io_cache_forget, called by src/core/commit.c): its bytes
  *    are nobody's, and a transaction must not log them (writer.h).
  *  - Under a journal (io_cache_set_journal): no block reaches home before
  *    the transaction that holds it is committed (writeback_journaled), and
@@ -585,7 +585,7 @@ static errcode_t cache_open(const char *name, int flags, io_channel *channel)
 static errcode_t cache_close(io_channel ch)
 {
 	struct cache *c = ch->private_data;
-	errcode_t err;
+	errcode_t err, lerr;
 
 	if (--ch->refcount > 0)
 		return 0;
@@ -593,14 +593,10 @@ static errcode_t cache_close(io_channel ch)
 	err = writeback(c);
 	clear(c);
 	pthread_mutex_unlock(&c->lock);
-	if (!err)
-		err = io_channel_close(c->layer.lower);
-	else
-		io_channel_close(c->layer.lower);
 	pthread_mutex_destroy(&c->lock);
 	free(c->hash);
-	io_stacked_free(ch);
-	return err;
+	lerr = io_stacked_close(ch);
+	return err ? err : lerr;
 }
 
 static errcode_t cache_set_blksize(io_channel ch, int blksize)
@@ -830,16 +826,6 @@ static errcode_t cache_write_blk64(io_channel ch, unsigned long long block, int 
 	return report(ch, err);
 }
 
-static errcode_t cache_read_blk(io_channel ch, unsigned long block, int count, void *data)
-{
-	return cache_read_blk64(ch, block, count, data);
-}
-
-static errcode_t cache_write_blk(io_channel ch, unsigned long block, int count, const void *data)
-{
-	return cache_write_blk64(ch, block, count, data);
-}
-
 static errcode_t cache_flush(io_channel ch)
 {
 	struct cache *c = ch->private_data;
@@ -936,8 +922,8 @@ static struct struct_io_manager cache_manager = {
 	.open = cache_open,
 	.close = cache_close,
 	.set_blksize = cache_set_blksize,
-	.read_blk = cache_read_blk,
-	.write_blk = cache_write_blk,
+	.read_blk = io_read_blk32,
+	.write_blk = io_write_blk32,
 	.flush = cache_flush,
 	.write_byte = cache_write_byte,
 	.set_option = io_stacked_set_option,

@@ -350,16 +350,6 @@ static errcode_t rr_io_write_blk64(io_channel ch, unsigned long long block, int 
 	return ret ? (errcode_t)-ret : 0;
 }
 
-static errcode_t rr_io_read_blk(io_channel ch, unsigned long block, int count, void *data)
-{
-	return rr_io_read_blk64(ch, block, count, data);
-}
-
-static errcode_t rr_io_write_blk(io_channel ch, unsigned long block, int count, const void *data)
-{
-	return rr_io_write_blk64(ch, block, count, data);
-}
-
 static errcode_t rr_io_write_byte(io_channel ch, unsigned long offset, int size, const void *data)
 {
 	struct io_dev *priv = ch->private_data;
@@ -618,8 +608,8 @@ static struct struct_io_manager rr_io_struct = {
 	.open = rr_io_open,
 	.close = rr_io_close,
 	.set_blksize = rr_io_set_blksize,
-	.read_blk = rr_io_read_blk,
-	.write_blk = rr_io_write_blk,
+	.read_blk = io_read_blk32,
+	.write_blk = io_write_blk32,
 	.flush = rr_io_flush,
 	.write_byte = rr_io_write_byte,
 	.set_option = rr_io_set_option,

@@ -82,24 +82,7 @@ static errcode_t fail_open(const char *name, int flags, io_channel *channel)
 
 static errcode_t fail_close(io_channel ch)
 {
-	struct fail *f = ch->private_data;
-	errcode_t err;
-
-	if (--ch->refcount > 0)
-		return 0;
-	err = io_channel_close(f->layer.lower);
-	io_stacked_free(ch);
-	return err;
-}
-
-static errcode_t fail_set_blksize(io_channel ch, int blksize)
-{
-	struct fail *f = ch->private_data;
-	errcode_t err = io_channel_set_blksize(f->layer.lower, blksize);
-
-	if (!err)
-		ch->block_size = blksize;
-	return err;
+	return --ch->refcount > 0 ? 0 : io_stacked_close(ch);
 }
 
 /*
@@ -133,16 +116,6 @@ static errcode_t fail_read_blk64(io_channel ch, unsigned long long block, int co
 static errcode_t fail_write_blk64(io_channel ch, unsigned long long block, int count, const void *data)
 {
 	return transfer(ch, 1, block, count, (void *)data);
-}
-
-static errcode_t fail_read_blk(io_channel ch, unsigned long block, int count, void *data)
-{
-	return fail_read_blk64(ch, block, count, data);
-}
-
-static errcode_t fail_write_blk(io_channel ch, unsigned long block, int count, const void *data)
-{
-	return fail_write_blk64(ch, block, count, data);
 }
 
 static errcode_t fail_write_byte(io_channel ch, unsigned long offset, int size, const void *data)
@@ -182,9 +155,9 @@ static struct struct_io_manager fail_manager = {
 	.name = "rrfuse fault injection",
 	.open = fail_open,
 	.close = fail_close,
-	.set_blksize = fail_set_blksize,
-	.read_blk = fail_read_blk,
-	.write_blk = fail_write_blk,
+	.set_blksize = io_stacked_set_blksize,
+	.read_blk = io_read_blk32,
+	.write_blk = io_write_blk32,
 	.flush = fail_flush,
 	.write_byte = fail_write_byte,
 	.set_option = io_stacked_set_option,

@@ -102,3 +102,30 @@ void io_stacked_free(io_channel ch)
 	ext2fs_free_mem(&ch->name);
 	ext2fs_free_mem(&ch);
 }
+
+errcode_t io_stacked_close(io_channel ch)
+{
+	errcode_t err = io_channel_close(((struct io_layer *)ch->private_data)->lower);
+
+	io_stacked_free(ch);
+	return err;
+}
+
+errcode_t io_stacked_set_blksize(io_channel ch, int blksize)
+{
+	errcode_t err = io_channel_set_blksize(((struct io_layer *)ch->private_data)->lower, blksize);
+
+	if (!err)
+		ch->block_size = blksize;
+	return err;
+}
+
+errcode_t io_read_blk32(io_channel ch, unsigned long block, int count, void *data)
+{
+	return ch->manager->read_blk64(ch, block, count, data);
+}
+
+errcode_t io_write_blk32(io_channel ch, unsigned long block, int count, const void *data)
+{
+	return ch->manager->write_blk64(ch, block, count, data);
+}

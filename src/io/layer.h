@@ -65,8 +65,14 @@ int io_layers_data(io_channel ch, int write, uint64_t off, uint64_t len, const s
  */
 errcode_t io_stacked_new(io_manager m, io_channel lower, size_t size, io_channel *out);
 void io_stacked_free(io_channel ch);
+/* The last reference to a stacked channel goes: the layer below is closed (its error returned), ch freed. */
+errcode_t io_stacked_close(io_channel ch);
 /* What a stacked manager has nothing to add to: the layer below's. */
 errcode_t io_stacked_set_option(io_channel ch, const char *option, const char *arg);
 errcode_t io_stacked_readahead(io_channel ch, unsigned long long block, unsigned long long count);
+errcode_t io_stacked_set_blksize(io_channel ch, int blksize);
+/* Every manager's 32-bit block calls: its own 64-bit ones. */
+errcode_t io_read_blk32(io_channel ch, unsigned long block, int count, void *data);
+errcode_t io_write_blk32(io_channel ch, unsigned long block, int count, const void *data);
 
 #endif

@@ -128,25 +128,12 @@ static errcode_t record_open(const char *name, int flags, io_channel *channel)
 static errcode_t record_close(io_channel ch)
 {
 	struct record *r = ch->private_data;
-	errcode_t err;
 
 	if (--ch->refcount > 0)
 		return 0;
-	err = io_channel_close(r->layer.lower);
 	close(r->fd);
 	pthread_mutex_destroy(&r->lock);
-	io_stacked_free(ch);
-	return err;
-}
-
-static errcode_t record_set_blksize(io_channel ch, int blksize)
-{
-	struct record *r = ch->private_data;
-	errcode_t err = io_channel_set_blksize(r->layer.lower, blksize);
-
-	if (!err)
-		ch->block_size = blksize;
-	return err;
+	return io_stacked_close(ch);
 }
 
 static errcode_t record_read_blk64(io_channel ch, unsigned long long block, int count, void *data)
@@ -161,16 +148,6 @@ static errcode_t record_write_blk64(io_channel ch, unsigned long long block, int
 
 	return done(r, io_channel_write_blk64(r->layer.lower, block, count, data), RR_REC_WRITE,
 		    block * (uint64_t)ch->block_size, v.iov_len, 0, &v, 1);
-}
-
-static errcode_t record_read_blk(io_channel ch, unsigned long block, int count, void *data)
-{
-	return record_read_blk64(ch, block, count, data);
-}
-
-static errcode_t record_write_blk(io_channel ch, unsigned long block, int count, const void *data)
-{
-	return record_write_blk64(ch, block, count, data);
 }
 
 static errcode_t record_write_byte(io_channel ch, unsigned long offset, int size, const void *data)
@@ -214,9 +191,9 @@ static struct struct_io_manager record_manager = {
 	.name = "rrfuse write recorder",
 	.open = record_open,
 	.close = record_close,
-	.set_blksize = record_set_blksize,
-	.read_blk = record_read_blk,
-	.write_blk = record_write_blk,
+	.set_blksize = io_stacked_set_blksize,
+	.read_blk = io_read_blk32,
+	.write_blk = io_write_blk32,
 	.flush = record_flush,
 	.write_byte = record_write_byte,
 	.set_option = io_stacked_set_option,

@@ -121,23 +121,31 @@ static int map_inode(struct jnl *j, blk64_t *nblocks, char *msg, size_t msglen)
 	return 0;
 }
 
-/* The filesystem block of journal block blk, or 0 (a hole: 0 is never one of the journal's). */
-static blk64_t map_block(const struct jnl *j, uint32_t blk)
+/* The run of v (n, sorted by the key: physical or logical start) that holds key, or NULL. */
+static const struct jnl_run *find_run(const struct jnl_run *v, size_t n, uint64_t key, int physical)
 {
-	size_t lo = 0, hi = j->nruns;
+	size_t lo = 0, hi = n;
 
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
-		const struct jnl_run *r = &j->runs[mid];
+		uint64_t start = physical ? v[mid].physical : v[mid].logical;
 
-		if (blk < r->logical)
+		if (key < start)
 			hi = mid;
-		else if (blk >= r->logical + r->len)
+		else if (key >= start + v[mid].len)
 			lo = mid + 1;
 		else
-			return r->physical + (blk - r->logical);
+			return &v[mid];
 	}
-	return 0;
+	return NULL;
+}
+
+/* The filesystem block of journal block blk, or 0 (a hole: 0 is never one of the journal's). */
+static blk64_t map_block(const struct jnl *j, uint32_t blk)
+{
+	const struct jnl_run *r = find_run(j->runs, j->nruns, blk, 0);
+
+	return r ? r->physical + (blk - r->logical) : 0;
 }
 
 /* crc32c(~0) of the superblock's 1024 bytes, its own checksum counted as 0. */
@@ -317,20 +325,7 @@ uint32_t jnl_next(const struct jnl *j, uint32_t blk, uint32_t count)
 
 int jnl_holds(const struct jnl *j, blk64_t b)
 {
-	size_t lo = 0, hi = j->nruns;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		const struct jnl_run *r = &j->by_physical[mid];
-
-		if (b < r->physical)
-			hi = mid;
-		else if (b >= r->physical + r->len)
-			lo = mid + 1;
-		else
-			return 1;
-	}
-	return 0;
+	return find_run(j->by_physical, j->nruns, b, 1) != NULL;
 }
 
 /* crc32c(seed) of a block with the 4 bytes at off counted as 0. */

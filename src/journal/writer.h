@@ -23,7 +23,7 @@
  * naming T, so before that flush returned.  A block freed in T is reused
  * only after T commits (the allocator's rule), and no transaction holds a
  * copy of a block it frees (the commit has the cache forget them:
- * io_cache_forget, src/commit.c).  So no replay writes a logged copy over
+ * io_cache_forget, src/core/commit.c).  So no replay writes a logged copy over
  * a block's next owner: T-1's copies are of blocks not freed before T
  * committed, T's of blocks it did not free.  T still revokes the blocks of
  * T-1 that it frees (jw_revoke), as jbd2 revokes freed metadata: a replay

@@ -23,7 +23,7 @@ were never allocated, the survivors are laid out at once, in order):
   The kernel then mostly allocates files that are closed, and for a closed
   file written to its end ext4 asks for exactly its size with no
   preallocation (ext4_mb_group_or_file), which can fill any hole that holds
-  it.  rrfuse does the same since it delays allocation (src/data.c): the
+  it.  rrfuse does the same since it delays allocation (src/data/data.c): the
   pages the kernel writes back wait in the daemon until the last writer's
   release.
 

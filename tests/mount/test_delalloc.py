@@ -1,6 +1,6 @@
 """Delayed allocation: pages the kernel writes back wait in the daemon, with
 their blocks promised, and get blocks at close, fsync, the commit tick or a
-size limit (src/data.c, -o delalloc / nodelalloc).
+size limit (src/data/data.c, -o delalloc / nodelalloc).
 
 sync_file_range(WRITE | WAIT) makes the kernel write a file's cached pages
 back (FUSE WRITEs) with no FSYNC and no FLUSH, so the data is then in the
@@ -13,12 +13,14 @@ it shows whether blocks were chosen yet.
 import ctypes
 import mmap
 import os
+import re
+import subprocess
 import time
 
 import pytest
 
-from conftest import (Mount, fsck, image_blocks, kill_daemon, leaf_extents, libc, make_image,
-                      pattern, run_mounted, wait_for)
+from conftest import (RRCTL, Mount, fsck, image_blocks, kill_daemon, leaf_extents, libc,
+                      make_image, pattern, run_mounted, wait_for)
 
 pytestmark = pytest.mark.rrfuse_only
 
@@ -261,14 +263,25 @@ def test_direct_write_into_a_file_with_delayed_data():
     mounted(work)
 
 
+def releases(m):
+    """RELEASEs the daemon has read (rrctl -s)."""
+    out = subprocess.run([RRCTL, m.mnt, "-s"], capture_output=True, text=True, check=True).stdout
+    n = re.search(r", release (\d+)", out)
+    return int(n.group(1)) if n else 0
+
+
 def test_killed_with_delayed_data_leaves_a_clean_image():
     """Data not yet given blocks is lost with the daemon (as unsynced data
     on ext4); the image stays consistent: the file is a hole of its size."""
     image = make_image(size="256M")
     m = Mount(image, opts="commit=0").mount()
     try:
+        before = releases(m)
         with open(m.path("kept"), "wb") as f:
             f.write(pattern(7, MIB))
+        # The last close's RELEASE, which gives the blocks, is asynchronous: over
+        # io_uring it may come on another CPU's queue after the fsync below.
+        wait_for(lambda: releases(m) > before, timeout=10)
         fd = os.open(m.path("lost"), os.O_CREAT | os.O_RDWR, 0o644)
         os.write(fd, pattern(8, MIB))
         write_back(fd)

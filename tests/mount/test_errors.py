@@ -194,10 +194,10 @@ def test_a_crash_leaves_a_record(image, tmp_path):
 
 def rrfuse_function(name):
     """True when name is a function defined in rrfuse's sources."""
-    src = os.path.join(conftest.REPO, "src")
     pat = re.compile(r"^\w[\w \*]*\b%s\(" % re.escape(name), re.M)
-    return any(pat.search(open(os.path.join(src, f)).read())
-               for f in os.listdir(src) if f.endswith(".c"))
+    return any(pat.search(open(os.path.join(d, f)).read())
+               for d, _, files in os.walk(os.path.join(conftest.REPO, "src"))
+               for f in files if f.endswith(".c"))
 
 
 def inode_number(image, path):

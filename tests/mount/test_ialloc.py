@@ -14,7 +14,7 @@ Files are empty: when file data reaches the disk (the kernel's delayed
 allocation, its per-CPU locality groups) decides the free block counts that
 the rules compare, and that is the block allocator's fidelity, not this.
 The kernel's whole-filesystem counts are per-CPU counters that lag by up
-to a batch (32) per CPU; rrfuse models one CPU's (src/ialloc.c), and which
+to a batch (32) per CPU; rrfuse models one CPU's (src/core/ialloc.c), and which
 CPU ran each mkdir is the scheduler's.  So the image has 32 flex groups and
 few top-level directories: every comparison of a flex group's free inodes
 or blocks with the average is decided by more than two CPUs' lag over 32

@@ -1,6 +1,6 @@
 """Set-user-ID, set-group-ID and file capabilities dropped on modification,
 as the kernel's ext4 drops them, now that rrfuse asks for
-FUSE_HANDLE_KILLPRIV_V2 (src/channel.c) and drops the set-id bits itself.
+FUSE_HANDLE_KILLPRIV_V2 (src/fuse/channel.c) and drops the set-id bits itself.
 
 The rule (the VFS's setattr_should_drop_suidgid): a write, truncate or
 fallocate by a caller without CAP_FSETID drops set-user-ID, and set-group-ID

@@ -40,7 +40,9 @@ TUNABLE = struct.Struct("<IIiI32s64s128s")
 GROUP_FIELDS = 4 + 18
 GROUPS_HDR = struct.Struct("<IIiIIIII")
 GROUPS_SIZE = GROUPS_HDR.size + 128 * GROUP_FIELDS * 4
-STATS_SIZE = 4 * 4 + 8 * (14 + 4 * 5 + 7 + 6 + 1 + 64 + 1 + 4 + 1)   # counters, the cache's, the device's, requests, forgotten, refusals
+# counters, the cache's, the device's, requests, forgotten; the ring's (a count, four uint32);
+# the policy checks' (refused by kind, policies switched off)
+STATS_SIZE = 4 * 4 + 8 * (14 + 4 * 5 + 7 + 6 + 1 + 64 + 1) + 8 + 4 * 4 + 8 * (4 + 1)
 
 
 def iowr(nr, size):
@@ -274,14 +276,16 @@ STATS_OFF = ("mballoc:\n\tmb stats collection turned off.\n"
 
 
 def allocator_stats(mnt):
-    """rrctl -s without its last four lines, the policy checks'
+    """rrctl -s without its last five lines, the policy checks'
     (test_policy_guard.py), the metadata cache's, the device's (test_cache.py
-    reads those) and the requests' (test_killpriv.py)."""
+    reads those), the requests' (test_killpriv.py) and their transport's
+    (test_uring.py)."""
     out = rrctl(mnt, "-s").stdout
-    assert out.splitlines()[-4].startswith("policy answers refused: "), out
-    assert out.splitlines()[-3].startswith("metadata cache: "), out
-    assert out.splitlines()[-2].startswith("device: "), out
-    assert out.splitlines()[-1].startswith("requests: "), out
+    assert out.splitlines()[-5].startswith("policy answers refused: "), out
+    assert out.splitlines()[-4].startswith("metadata cache: "), out
+    assert out.splitlines()[-3].startswith("device: "), out
+    assert out.splitlines()[-2].startswith("requests: "), out
+    assert out.splitlines()[-1].startswith("transport: "), out
     return out[:out.rindex("policy answers refused: ")]
 STATS_KEYS = (["reqs", "success", "groups_scanned"] +
               [k for cr in ("p2_aligned", "goal_fast", "best_avail", "goal_slow", "any_free")
@@ -591,7 +595,7 @@ def syslog_lines():
 def test_background_daemon_logs_allocator(syslog_lines):
     # In the background stderr is /dev/null: the mb_stats report at unmount
     # (and the allocator's warnings) go where rrfuse's own messages go, to
-    # syslog (src/log.c).
+    # syslog (lib/log.c).
     from conftest import fsck, make_image, wait_for as wait
     image = make_image(size="256M")
     mnt = os.path.join(os.path.dirname(image), "mnt")

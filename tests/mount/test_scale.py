@@ -93,7 +93,7 @@ def test_16tib_sparse_image(mount_factory):
     print("16 TiB image: daemon VmHWM %.1f MiB after mount and a 48 MiB write" % rss)
     assert rss < RSS_LIMIT_MIB, "daemon peak RSS %.0f MiB on a 16 TiB image" % rss
     # A commit writes what changed: the bitmaps of the groups that changed
-    # (src/bitmaps.c; libext2fs's writer wrote all 8192 initialised groups'),
+    # (src/core/bitmaps.c; libext2fs's writer wrote all 8192 initialised groups'),
     # the primary superblock and descriptors, never the backups.
     # The descriptors (2048 blocks here) are written whole by libext2fs and
     # skipped where the device holds them (known by their sums, io/sum.h).

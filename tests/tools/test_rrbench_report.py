@@ -1,7 +1,9 @@
 """rrbench report on tiny sizes (about a minute): every seed's section with its
-verdict and tables, the pictures (rrmap layout maps, the WA plot) as real
-PNGs, every run ok and e2fsck-clean, runs.csv, and nothing left behind
-(mounts, loop devices, images).  Needs root, /dev/fuse and loop devices."""
+answer and tables, the verdict table and the method section, the kernel's
+ext4 in the layout questions, the flash workloads through rrftl, the
+pictures (rrmap layout maps, the WA plots) as real PNGs, every run ok and
+e2fsck-clean, runs.csv, and nothing left behind (mounts, loop devices,
+images).  Needs root, /dev/fuse and loop devices."""
 import csv
 import os
 import shutil
@@ -37,12 +39,25 @@ def test_report_tiny(tmp_path):
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     text = (out / "REPORT.md").read_text()
-    for title in ("Seed 000: regular vs rralloc, the patch's three fio workloads",
-                  "Seed 000: regular vs rralloc, overwrite cycles",
-                  "Seed 002: max_prealloc_kb 8192 vs 32768",
-                  "Seed 004: legacy orphan list vs orphan_file"):
-        assert text.count(title) >= 2, title        # in the verdicts and as a section
-    assert text.count("**Verdict: ") == 8        # the summary and each section
+    titles = ("Seed 000: regular vs rralloc, the patch's three fio workloads",
+              "Seed 000: regular vs rralloc, overwrite cycles",
+              "Seed 000: regular vs rralloc on a flash device that collects garbage",
+              "Seed 002: max_prealloc_kb 8192 vs 32768",
+              "Seed 004: legacy orphan list vs orphan_file")
+    for title in titles:
+        assert text.count(title) >= 3, title        # the table, the summary, the section
+    # two pairs are too few for a verdict (rule 6): every answer is withheld, with the reason
+    assert text.count("**Answer: not called** (2 pairs, fewer than 5") == 2 * len(titles)
+    table = [l for l in text.split("## Verdicts")[1].splitlines() if l.startswith("| Seed")]
+    assert len(table) == len(titles) and all("| **not called** |" in l for l in table)
+    assert "## Method: how a question is answered" in text and "Rule 6 (conditions)" in text
+    assert "| **primary:** F-churn-fstrim rrftl write amplification, greedy GC" in text
+    assert "Machine: 1-min load" in text and "other processes" in text
+    # the kernel's ext4 beside rrfuse in the layout questions
+    assert "- `kernel`: `mount -t ext4" in text
+    for wid in ("W8-f80-nodiscard", "W4"):
+        sec = text.split("#### %s: " % wid)[1].split("####")[0]
+        assert "| kernel | 2/2 |" in sec, wid
     # the fidelity section: a short run, kernel and rrfuse side by side
     assert text.count("Fidelity: rrfuse's layouts against the kernel's ext4") == 2
     assert "### seed002" in text and "### smallfiles" in text
@@ -55,6 +70,7 @@ def test_report_tiny(tmp_path):
     pics = [l.split("](")[1].rstrip(")") for l in text.splitlines() if l.startswith("![")]
     assert "wa.png" in pics and "map-W4.png" in pics
     assert sum(p.startswith("map-W8-") for p in pics) == 4
+    assert "flash-wa.png" in pics and "flash-erase-cv.png" in pics
     for p in pics:
         with open(out / p, "rb") as f:
             assert f.read(8) == PNG, p
@@ -64,6 +80,10 @@ def test_report_tiny(tmp_path):
     assert {r["fsck_rc"] for r in rows} == {"0"}
     wa = [float(r["value"]) for r in rows if r["metric"] == "wa"]
     assert len(wa) == 4 * 2 * 2 and all(w >= 1.0 for w in wa)
+    # the flash workloads collect garbage: WA above 1.5 under both collectors
+    for m in ("wa_greedy", "wa_cb"):
+        fw = [float(r["value"]) for r in rows if r["metric"] == m]
+        assert len(fw) == 2 * 2 * 2 and all(w > 1.5 for w in fw), (m, fw)
     assert os.listdir(tmp) == []
     assert subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout == loops_before
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Unit tests: inode placement (src/ialloc.c) on images made by mke2fs with
+ * Unit tests: inode placement (src/core/ialloc.c) on images made by mke2fs with
  * 16 groups in 8 flex groups of 2: top-level directories (in the root or a
  * TOPDIR directory) spread over flex groups, a subdirectory stays in its
  * parent's flex group until that one is crowded, files go to their parent's

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * Unit tests: the journal writer under rrfuse's own I/O stack (io/layer.h),
- * as the mount wires it (src/journaling.c): the metadata cache (cache.c)
+ * as the mount wires it (src/core/journaling.c): the metadata cache (cache.c)
  * over fault injection (fail.c) over the write recorder (record.c) over
  * the device (dev.c), the writer as the cache's write-back hook.  The
  * test dirties blocks through the cache and flushes it, as commits do;
@@ -52,7 +52,7 @@ static void js_mark(struct js_env *v, int mark, uint32_t arg)
 	v->marks[v->nmarks++] = (struct js_mark){ st.st_size, mark, arg };
 }
 
-/* The cache's hooks, as src/journaling.c's, with the marks. */
+/* The cache's hooks, as src/core/journaling.c's, with the marks. */
 static int cb_log(void *arg, size_t n, const blk64_t *blks, const unsigned char *const *data)
 {
 	struct js_env *v = arg;

@@ -12,13 +12,15 @@
  * cost of a round trip (rrbench W5 with -s floor).
  *
  * Usage as rrbench mounts a daemon: fusefloor IMAGE MOUNTPOINT [-f] [-o ...];
- * "-o no_writeback_cache" on its own turns the writeback cache off, as it
- * does for rrfuse.
+ * "-o no_writeback_cache" on its own turns the writeback cache off, and
+ * "-o io_uring" carries the requests over io_uring (rrfuse's src/fuse/uring.c),
+ * as they do for rrfuse.
  * IMAGE is not opened: it is taken so that the command line is rrfuse's.
  * Not a file system to keep anything in.
  */
 #define FUSE_USE_VERSION 314
 #include <fuse_lowlevel.h>
+#include "uring.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -28,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -436,13 +439,41 @@ static const struct fuse_lowlevel_ops floor_ops = {
 	.getxattr = floor_getxattr, .listxattr = floor_listxattr,
 };
 
+/* /dev/fuse as libfuse would use it, but for the ring's INIT offer and replies (src/fuse/uring.c). */
+static ssize_t floor_dev_read(int fd, void *buf, size_t len, void *userdata)
+{
+	ssize_t n = read(fd, buf, len);
+
+	(void)userdata;
+	if (n > 0)
+		uring_note_init(buf, (size_t)n);
+	return n;
+}
+
+static ssize_t floor_dev_writev(int fd, struct iovec *iov, int count, void *userdata)
+{
+	ssize_t r;
+	int ring;
+
+	(void)userdata;
+	if (uring_send(iov, count, &r))
+		return r;
+	ring = uring_amend_init_reply(fd, iov, count);
+	r = writev(fd, iov, count);
+	if (ring)
+		uring_go(r > 0);
+	return r;
+}
+
+static const struct fuse_custom_io floor_io = { .read = floor_dev_read, .writev = floor_dev_writev };
+
 int main(int argc, char **argv)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct fuse_loop_config *cfg;
 	struct fuse_session *se;
 	const char *mnt = NULL;
-	int positional = 0, r = 1;
+	int positional = 0, r = 1, ring = 0;
 
 	fuse_opt_add_arg(&args, argv[0]);
 	for (int i = 1; i < argc; i++) {
@@ -450,6 +481,9 @@ int main(int argc, char **argv)
 			continue;	/* always in the foreground */
 		if (!strcmp(argv[i], "-o") && i + 1 < argc && !strcmp(argv[i + 1], "no_writeback_cache")) {
 			no_writeback = 1;
+			i++;
+		} else if (!strcmp(argv[i], "-o") && i + 1 < argc && !strcmp(argv[i + 1], "io_uring")) {
+			ring = 1;
 			i++;
 		} else if (!strcmp(argv[i], "-o") && i + 1 < argc) {
 			fuse_opt_add_arg(&args, "-o");
@@ -463,7 +497,7 @@ int main(int argc, char **argv)
 		}
 	}
 	if (!mnt) {
-		fprintf(stderr, "usage: fusefloor IMAGE MOUNTPOINT [-f] [-o no_writeback_cache] "
+		fprintf(stderr, "usage: fusefloor IMAGE MOUNTPOINT [-f] [-o no_writeback_cache] [-o io_uring] "
 				"[-o FUSE-OPTIONS]\n"
 				"  (IMAGE is not opened; nothing written is kept)\n");
 		return 2;
@@ -478,6 +512,10 @@ int main(int argc, char **argv)
 		goto out;
 	if (fuse_set_signal_handlers(se) || fuse_session_mount(se, mnt))
 		goto out_se;
+	if (ring) {
+		uring_configure(se, NULL);
+		fuse_session_custom_io(se, &floor_io, fuse_session_fd(se));
+	}
 	cfg = fuse_loop_cfg_create();
 	if (cfg) {
 		fuse_loop_cfg_set_max_threads(cfg, 16);
@@ -486,6 +524,7 @@ int main(int argc, char **argv)
 		fuse_loop_cfg_destroy(cfg);
 	}
 	fuse_session_unmount(se);
+	uring_stop();
 	fuse_remove_signal_handlers(se);
 out_se:
 	fuse_session_destroy(se);

@@ -22,7 +22,7 @@
  *                   only while it holds none of them.  A discard issued
  *                   under a group lock goes down the I/O stack (cache.lock).
  *   orphans.lock    the in-memory orphan list and orphan-file copies
- *                   (src/orphan.c); taken inside the fs lock only.
+ *                   (src/core/orphan.c); taken inside the fs lock only.
  *   itab.lock       the in-memory inode table, lookup and open counts.  A
  *                   leaf: nothing is taken while it is held.
  *   delayed.lock    the list of inodes with delayed data (data.c); only
@@ -31,11 +31,11 @@
  *                   lock; below it only the write recorder's lock
  *                   (src/io/record.c, tests).  The journal writer has no
  *                   lock: it runs under this one, inside a commit that
- *                   holds the fs lock (src/journaling.c).
+ *                   holds the fs lock (src/core/journaling.c).
  *
  * Leaves, taken with any of the above held and holding nothing inside:
- * the error record's lock (src/error.c), the block trace's (src/trace.c),
- * the delayed-data buffer pool's (src/dbuf.c).  commit_lock guards only the
+ * the error record's lock (src/core/error.c), the block trace's (src/io/trace.c),
+ * the delayed-data buffer pool's (src/data/dbuf.c).  commit_lock guards only the
  * commit thread's sleep; it is dropped before the thread commits.  This
  * list is the whole order: a new lock gets its line here.
  */
@@ -113,7 +113,7 @@ struct rr_inode {
 	atomic_uint guard;
 	/*
 	 * A directory's ext4 i_last_alloc_group, which the kernel keeps in
-	 * memory only (src/ialloc.c): 1 + the group chosen for its last new
+	 * memory only (src/core/ialloc.c): 1 + the group chosen for its last new
 	 * inode, 0 none since loaded.  Under the fs lock and itab.lock.
 	 */
 	uint32_t ialloc_last;
@@ -145,14 +145,16 @@ struct rr_opts {
 	int journal;		/* commits are jbd2 transactions in the image's journal (-o nojournal: not) */
 	int errors;		/* errors=: EXT2_ERRORS_*, 0 = as the superblock says */
 	int atime;		/* RR_ATIME_RELATIME (default), _NOATIME, _STRICT: what a read does to atime */
+	int io_uring;		/* -o io_uring: FUSE requests over io_uring where the kernel offers it */
 	struct rr_alloc_tunables alloc;	/* allocator tunables (-o max_prealloc_kb=, mb_*=) */
 };
 
 struct rr_fs;
 struct jw;
+struct rr_ring_stats;
 
 /*
- * What the core (mount.c, commit.c, inode.c, orphan.c) asks of the data
+ * What the core (mount.c, commit.c, inode.c, orphan_recover.c) asks of the data
  * layer above it, without naming it: data.c fills these in (data_hooks)
  * and main.c hands them to rr_fs_open.  NULL: no data layer (the unit
  * tests).
@@ -182,12 +184,20 @@ struct rr_fs {
 	int mounted;		/* the image says "in use": a clean unmount must say otherwise */
 	int ro_cleanup;		/* ro, but writable until the mount has finished orphans */
 	uint64_t overhead;	/* blocks of static metadata, left out of statfs f_blocks */
-	char *utab;		/* mount point with a utab entry of ours (src/utab.c), or NULL */
+	char *utab;		/* mount point with a utab entry of ours (src/fuse/utab.c), or NULL */
 	int wbcache;		/* the kernel's writeback cache is on (set at INIT) */
-	int killpriv_v2;	/* rrfuse drops set-id bits itself (set at INIT: src/channel.c) */
+	int killpriv_v2;	/* rrfuse drops set-id bits itself (set at INIT: src/fuse/channel.c) */
 	int splice;		/* reads are spliced (set at INIT) */
-	const _Atomic uint64_t *requests;	/* [RRCTL_NREQ] by opcode (src/channel.c), or NULL */
-	struct jw *jw;		/* the journal writer (src/journaling.c), set and cleared under the fs lock */
+	const _Atomic uint64_t *requests;	/* [RRCTL_NREQ] by opcode (src/fuse/channel.c), or NULL */
+	const struct rr_ring_stats *ring;	/* requests over io_uring (src/fuse/uring.c), or NULL */
+	struct jw *jw;		/* the journal writer (src/core/journaling.c), set and cleared under the fs lock */
+	/*
+	 * Called by rr_fs_end_op() under the fs lock, where no operation is
+	 * half done: the journal's trigger (commit a full transaction), set
+	 * and cleared with jw.  The layer above passes it down, so that the
+	 * lock calls nothing above it.
+	 */
+	void (*op_end)(struct rr_fs *rfs);
 	int closed;		/* rr_fs_close ran at DESTROY; its result: */
 	int close_ret;
 
@@ -239,16 +249,21 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 int rr_fs_mark_mounted(struct rr_fs *rfs);
 int rr_fs_mark_in_use(struct rr_fs *rfs, int new_mount);
 int rr_fs_close(struct rr_fs *rfs);
+int rr_fs_remount(struct rr_fs *rfs, int ro, char *err, size_t errlen);
+struct statvfs;
+/* STATFS: sizes and what is free of blocks and inodes. */
+void rr_fs_statfs(struct rr_fs *rfs, struct statvfs *st);
 
-/* commit.c */
+/* super.c */
 int rr_fs_write_super(struct rr_fs *rfs);
-int rr_fs_commit_for_alloc(void *rfs);
 /* libext2fs's flush (superblock, descriptors), the changed bitmaps first.  Fs lock held. */
 errcode_t rr_fs_flush(struct rr_fs *rfs, int flags);
+
+/* commit.c */
+int rr_fs_commit_for_alloc(void *rfs);
 int rr_fs_commit(struct rr_fs *rfs, int sync);
 /* The commit's work under the fs lock (held); journaled, the transaction too. */
 int rr_fs_commit_locked(struct rr_fs *rfs, int sync);
-int rr_fs_remount(struct rr_fs *rfs, int ro, char *err, size_t errlen);
 /* Delayed data written, one commit, the device flushed (commit thread, rrctl sync).  Fs lock not held. */
 int rr_fs_sync(struct rr_fs *rfs);
 void rr_fs_start_commit_thread(struct rr_fs *rfs);
@@ -265,14 +280,13 @@ static inline int rr_fs_flush_delayed(struct rr_fs *rfs)
  */
 int rr_journal_start(struct rr_fs *rfs);
 int rr_journal_stop(struct rr_fs *rfs);
-/* Under the fs lock, at a point where no operation is half done: commit if the transaction is full. */
-void rr_journal_maybe_commit(struct rr_fs *rfs);
 
 /* lock.c */
 void rr_fs_lock(struct rr_fs *rfs);
 /*
- * The end of a whole operation (the fs lock taken at its start): commits
- * the journal's transaction if it has grown full, then drops the lock.
+ * The end of a whole operation (the fs lock taken at its start): runs
+ * rr_fs.op_end (journaled: commits the transaction if it has grown full),
+ * then drops the lock.
  */
 void rr_fs_end_op(struct rr_fs *rfs);
 /* Drops the fs lock and commits nothing: in a commit, or inside the allocator's own sections. */
@@ -280,6 +294,13 @@ void rr_fs_unlock(struct rr_fs *rfs);
 
 /* inode.c */
 int rr_itab_init(struct rr_itab *t);
+/* Under itab.lock: ino's in-memory inode or NULL; unhash ri if nothing holds it (then 1: free it). */
+struct rr_inode *rr_itab_find_locked(struct rr_itab *t, ext2_ino_t ino);
+int rr_itab_release_locked(struct rr_itab *t, struct rr_inode *ri);
+/* An unhashed in-memory inode goes (the data layer's evict hook first). */
+void rr_inode_free(struct rr_fs *rfs, struct rr_inode *ri);
+void inode_set_rdev(struct ext2_inode_large *in, dev_t dev);
+/* inode_life.c: the rest of the table's calls, and inode_new, inode_free_*. */
 void rr_itab_empty(struct rr_fs *rfs);
 void rr_itab_destroy(struct rr_fs *rfs);
 struct rr_inode *rr_iget(struct rr_fs *rfs, ext2_ino_t ino);

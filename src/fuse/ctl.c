@@ -10,6 +10,7 @@
 #include "io/dev.h"
 #include "log.h"
 #include "rrfs.h"
+#include "uring.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -24,6 +25,12 @@ static void ctl_io_stats(struct rr_fs *rfs, struct rrctl_stats *s)
 
 	for (size_t i = 0; rfs->requests && i < RRCTL_NREQ; i++)
 		s->requests[i] = atomic_load_explicit(&rfs->requests[i], memory_order_relaxed);
+	if (rfs->ring) {
+		s->ring_requests = atomic_load_explicit(&rfs->ring->requests, memory_order_relaxed);
+		s->ring_entries = atomic_load_explicit(&rfs->ring->entries, memory_order_relaxed);
+		s->ring_wanted = atomic_load_explicit(&rfs->ring->wanted, memory_order_relaxed);
+		s->ring_queues = atomic_load_explicit(&rfs->ring->queues, memory_order_relaxed);
+	}
 	io_dev_stats(rfs->fs->io, &d);
 	s->io_meta_reads = d.meta_reads;
 	s->io_meta_writes = d.meta_writes;

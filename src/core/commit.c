@@ -19,38 +19,6 @@
 #include <string.h>
 #include <time.h>
 
-/*
- * The superblock's primary copy, written now: the orphan list's updates are
- * ordered against inode writes (the commit writes it with everything else
- * otherwise).  Caller holds the fs lock.  libext2fs's flush writes only what
- * differs from orig_super, so orig_super learns what is on disk.
- */
-int rr_fs_write_super(struct rr_fs *rfs)
-{
-	ext2_filsys fs = rfs->fs;
-	struct ext2_super_block sb = *fs->super;
-	errcode_t err;
-	int ret;
-
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-	ext2fs_swap_super(&sb);
-#endif
-	err = ext2fs_superblock_csum_set(fs, &sb);
-	if (err)
-		return rr_err(err);
-	ret = rr_err(io_channel_write_byte(fs->io, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE, &sb));
-	if (!ret && fs->orig_super)
-		memcpy(fs->orig_super, &sb, SUPERBLOCK_SIZE);
-	return ret;
-}
-
-errcode_t rr_fs_flush(struct rr_fs *rfs, int flags)
-{
-	errcode_t err = rr_bitmaps_write(rfs->fs, &rfs->bitmaps);
-
-	return err ? err : ext2fs_flush2(rfs->fs, flags);
-}
-
 /* At each commit: the MMP block is still ours (libext2fs rewrites it at most once a minute). */
 static void mmp_check(struct rr_fs *rfs)
 {
@@ -182,67 +150,6 @@ int rr_fs_sync(struct rr_fs *rfs)
 int rr_fs_commit_for_alloc(void *rfs)
 {
 	return rr_fs_commit(rfs, 1);
-}
-
-/*
- * mount -o remount,ro|rw, told by rrfuse's remount command beside the
- * kernel's own remount (FUSE does not pass that on).  As ext4_remount: to
- * read-only, delayed data gets its blocks, everything is committed and the
- * superblock says "clean" again; to read-write, it says "in use" and
- * changes are accepted.  The image stays open for writing underneath, so
- * rw comes back only for a mount that started read-write.
- */
-int rr_fs_remount(struct rr_fs *rfs, int ro, char *err, size_t errlen)
-{
-	ext2_filsys fs = rfs->fs;
-	int ret;
-
-	if (!fs)
-		return -ESHUTDOWN;
-	if (!ro) {
-		if (!rfs->alloc || !(fs->flags & EXT2_FLAG_RW)) {
-			snprintf(err, errlen, "mounted read-only from the start: unmount and mount read-write");
-			return -EROFS;
-		}
-		if (!rfs->ro)
-			return 0;
-		atomic_store(&rfs->ro, 0);
-		ret = rr_fs_mark_in_use(rfs, 0);
-		if (ret) {
-			atomic_store(&rfs->ro, 1);
-			snprintf(err, errlen, "cannot start the journal or write the superblock: %s",
-				 strerror(-ret));
-			return ret;
-		}
-		return 0;
-	}
-	if (rfs->ro && !rfs->mounted)
-		return 0;
-	ret = rr_fs_flush_delayed(rfs);
-	if (!ret)
-		ret = rr_fs_commit(rfs, 0);
-	if (ret) {
-		snprintf(err, errlen, "writing out before going read-only: %s", strerror(-ret));
-		return ret;
-	}
-	rr_fs_lock(rfs);
-	atomic_store(&rfs->ro, 1);
-	rr_error_commit(rfs);
-	orphan_commit(rfs);
-	fs->super->s_state = rfs->orig_state;
-	fs->super->s_wtime = (__u32)time(NULL);
-	ext2fs_mark_super_dirty(fs);
-	ret = rr_err(rr_fs_flush(rfs, EXT2_FLAG_FLUSH_NO_SYNC));
-	if (!ret)
-		rfs->mounted = 0;	/* clean: nothing more to write until rw */
-	rr_fs_end_op(rfs);
-	if (!ret)
-		ret = rr_err(io_channel_flush(rfs->fs->io));
-	if (!ret)
-		ret = rr_journal_stop(rfs);
-	if (ret)
-		snprintf(err, errlen, "cannot write the superblock: %s", strerror(-ret));
-	return ret;
 }
 
 static void *commit_main(void *arg)

@@ -20,12 +20,17 @@
  *   that handles it (libfuse's session loops read and process a request in
  *   one thread).  This is why rrfuse never asks for splice reads: a spliced
  *   request's header would not pass through read() here (rr_init).
+ * - Carry requests over io_uring (-o io_uring, src/fuse/uring.c): the ring's
+ *   threads pass each request through chan_take_request, and the replies
+ *   libfuse writes for them come back through chan_writev to their entry;
+ *   the INIT reply asks for the ring.
  */
 #include "channel.h"
 #include "ops.h"
 #include "rrfs.h"
 #include "rrfuse/rrctl.h"
 #include "log.h"
+#include "uring.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -38,8 +43,11 @@
 
 static struct {
 	struct rr_fs *rfs;
-	/* The INIT request's id while its reply is due and may ask for KILLPRIV_V2; 0 otherwise. */
+	struct fuse_session *se;
+	int fd;			/* /dev/fuse */
+	/* The INIT request's id while its reply is due; 0 otherwise.  What the kernel offered: */
 	_Atomic uint64_t init_unique;
+	int init_killpriv_v2;
 	_Atomic uint64_t requests[RRCTL_NREQ];	/* by opcode, for rrctl -s */
 } chan;
 
@@ -102,10 +110,21 @@ static void note_request(const void *buf, ssize_t len)
 		break;
 	case FUSE_INIT:
 		init = request_arg(buf, len, offsetof(struct fuse_init_in, flags) + sizeof(init->flags));
-		if (init && init->major == FUSE_KERNEL_VERSION && (init->flags & FUSE_HANDLE_KILLPRIV_V2))
-			atomic_store(&chan.init_unique, h->unique);
+		if (!init || init->major != FUSE_KERNEL_VERSION)
+			break;
+		chan.init_killpriv_v2 = !!(init->flags & FUSE_HANDLE_KILLPRIV_V2);
+		atomic_store(&chan.init_unique, h->unique);
+		uring_note_init(buf, (size_t)len);
 		break;
 	}
+}
+
+/* A reply: into the ring entry this thread serves, if the reply is its request's, else to /dev/fuse. */
+static ssize_t send_reply(int fd, struct iovec *iov, int count)
+{
+	ssize_t r;
+
+	return uring_send(iov, count, &r) ? r : writev(fd, iov, count);
 }
 
 /*
@@ -128,7 +147,7 @@ static int answer_statx(int fd, const void *buf, ssize_t len)
 	out.error = ret;
 	out.len = (uint32_t)(sizeof(out) + (ret ? 0 : sizeof(sx)));
 	/* A failed reply (the request was interrupted, the mount aborted) has no one to tell. */
-	if (writev(fd, iov, ret ? 1 : 2) < 0)
+	if (send_reply(fd, iov, ret ? 1 : 2) < 0)
 		rr_log(LOG_DEBUG, "statx reply: %s", strerror(errno));
 	return 1;
 }
@@ -146,7 +165,7 @@ static ssize_t chan_read(int fd, void *buf, size_t len, void *userdata)
 	return n;
 }
 
-/* The INIT reply, if this is it: it asks for KILLPRIV_V2 too. */
+/* The INIT reply, if this is it: it asks for KILLPRIV_V2 too when the kernel offered it. */
 static void amend_init_reply(struct iovec *iov, int count)
 {
 	uint64_t unique = atomic_load(&chan.init_unique);
@@ -156,7 +175,8 @@ static void amend_init_reply(struct iovec *iov, int count)
 	if (!unique || count < 2 || iov[0].iov_len != sizeof(*h) || h->unique != unique)
 		return;
 	atomic_store(&chan.init_unique, 0);
-	if (h->error || iov[1].iov_len < offsetof(struct fuse_init_out, flags) + sizeof(out->flags))
+	if (h->error || iov[1].iov_len < offsetof(struct fuse_init_out, flags) + sizeof(out->flags) ||
+	    !chan.init_killpriv_v2)
 		return;
 	out = iov[1].iov_base;
 	out->flags |= FUSE_HANDLE_KILLPRIV_V2;
@@ -165,17 +185,43 @@ static void amend_init_reply(struct iovec *iov, int count)
 
 static ssize_t chan_writev(int fd, struct iovec *iov, int count, void *userdata)
 {
+	ssize_t r;
+	int ring;
+
 	(void)userdata;
+	if (uring_send(iov, count, &r))
+		return r;
 	amend_init_reply(iov, count);
-	return writev(fd, iov, count);
+	ring = uring_amend_init_reply(fd, iov, count);
+	r = writev(fd, iov, count);
+	/* The kernel takes ring commands once it has the INIT reply. */
+	if (ring)
+		uring_go(r > 0);
+	return r;
 }
 
 /* Replies spliced from a pipe (libfuse offers FUSE_CAP_SPLICE_WRITE only with this). */
 static ssize_t chan_splice_send(int fdin, off_t *offin, int fdout, off_t *offout, size_t len,
 				unsigned int flags, void *userdata)
 {
+	ssize_t r;
+
 	(void)userdata;
+	if (uring_send_pipe(fdin, len, &r))
+		return r;
 	return splice(fdin, offin, fdout, offout, len, flags);
+}
+
+/* A request from the ring (src/fuse/uring.c), as chan_read would have seen it: 1 when answered here. */
+static int chan_take_request(const void *buf, size_t len)
+{
+	note_request(buf, (ssize_t)len);
+	return answer_statx(chan.fd, buf, (ssize_t)len);
+}
+
+void chan_detach(void)
+{
+	uring_stop();
 }
 
 int chan_attach(struct fuse_session *se, struct rr_fs *rfs)
@@ -185,6 +231,14 @@ int chan_attach(struct fuse_session *se, struct rr_fs *rfs)
 	};
 
 	chan.rfs = rfs;
+	chan.se = se;
+	chan.fd = fuse_session_fd(se);
 	rfs->requests = chan.requests;
-	return fuse_session_custom_io(se, &io, fuse_session_fd(se));
+	rfs->ring = uring_stats();
+	if (rfs->opts.io_uring && rfs->opts.single)
+		rr_log(LOG_NOTICE, "io_uring: not with -s (one thread serves every request); requests stay "
+				   "on /dev/fuse");
+	else if (rfs->opts.io_uring)
+		uring_configure(se, chan_take_request);
+	return fuse_session_custom_io(se, &io, chan.fd);
 }

@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The allocator takes the fs lock itself when an unlocked request must load a group. */
@@ -532,4 +534,91 @@ int rr_fs_close(struct rr_fs *rfs)
 	orphan_destroy(rfs);
 	rr_error_detach();
 	return ret;
+}
+
+/*
+ * mount -o remount,ro|rw, told by rrfuse's remount command beside the
+ * kernel's own remount (FUSE does not pass that on).  As ext4_remount: to
+ * read-only, delayed data gets its blocks, everything is committed and the
+ * superblock says "clean" again; to read-write, it says "in use" and
+ * changes are accepted.  The image stays open for writing underneath, so
+ * rw comes back only for a mount that started read-write.
+ */
+int rr_fs_remount(struct rr_fs *rfs, int ro, char *err, size_t errlen)
+{
+	ext2_filsys fs = rfs->fs;
+	int ret;
+
+	if (!fs)
+		return -ESHUTDOWN;
+	if (!ro) {
+		if (!rfs->alloc || !(fs->flags & EXT2_FLAG_RW)) {
+			snprintf(err, errlen, "mounted read-only from the start: unmount and mount read-write");
+			return -EROFS;
+		}
+		if (!rfs->ro)
+			return 0;
+		atomic_store(&rfs->ro, 0);
+		ret = rr_fs_mark_in_use(rfs, 0);
+		if (ret) {
+			atomic_store(&rfs->ro, 1);
+			snprintf(err, errlen, "cannot start the journal or write the superblock: %s",
+				 strerror(-ret));
+			return ret;
+		}
+		return 0;
+	}
+	if (rfs->ro && !rfs->mounted)
+		return 0;
+	ret = rr_fs_flush_delayed(rfs);
+	if (!ret)
+		ret = rr_fs_commit(rfs, 0);
+	if (ret) {
+		snprintf(err, errlen, "writing out before going read-only: %s", strerror(-ret));
+		return ret;
+	}
+	rr_fs_lock(rfs);
+	atomic_store(&rfs->ro, 1);
+	rr_error_commit(rfs);
+	orphan_commit(rfs);
+	fs->super->s_state = rfs->orig_state;
+	fs->super->s_wtime = (__u32)time(NULL);
+	ext2fs_mark_super_dirty(fs);
+	ret = rr_err(rr_fs_flush(rfs, EXT2_FLAG_FLUSH_NO_SYNC));
+	if (!ret)
+		rfs->mounted = 0;	/* clean: nothing more to write until rw */
+	rr_fs_end_op(rfs);
+	if (!ret)
+		ret = rr_err(io_channel_flush(rfs->fs->io));
+	if (!ret)
+		ret = rr_journal_stop(rfs);
+	if (ret)
+		snprintf(err, errlen, "cannot write the superblock: %s", strerror(-ret));
+	return ret;
+}
+
+void rr_fs_statfs(struct rr_fs *rfs, struct statvfs *st)
+{
+	struct ext2_super_block *sb = rfs->fs->super;
+	uint64_t free_blocks, resv;
+
+	memset(st, 0, sizeof(*st));
+	rr_fs_lock(rfs);
+	/*
+	 * Blocks promised to delayed data are not free (ext4: free minus dirty
+	 * clusters), nor those taken by writes still running.
+	 */
+	free_blocks = rfs->alloc ? rr_alloc_free(rfs->alloc) : ext2fs_free_blocks_count(sb);
+	resv = ext2fs_r_blocks_count(sb) + (rfs->alloc ? rr_alloc_meta_reserve(rfs->alloc) : 0);
+	st->f_bsize = rfs->bsize;
+	st->f_frsize = rfs->bsize;
+	st->f_blocks = ext2fs_blocks_count(sb) - rfs->overhead;
+	st->f_bfree = free_blocks;
+	st->f_bavail = free_blocks > resv ? free_blocks - resv : 0;
+	st->f_files = sb->s_inodes_count;
+	st->f_ffree = sb->s_free_inodes_count;
+	st->f_favail = sb->s_free_inodes_count;
+	st->f_namemax = EXT2_NAME_LEN;
+	st->f_fsid = *(unsigned long *)sb->s_uuid;
+	rr_fs_end_op(rfs);
 }

@@ -27,7 +27,6 @@
  * the caller's to keep (struct ialloc_parent.last).
  */
 #include "ialloc.h"
-#include "htree.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -164,7 +163,8 @@ static dgrp_t name_start(const struct geo *o, const char *name)
 {
 	ext2_dirhash_t hash, minor;
 
-	if (name && !htree_name_hash(o->fs, EXT2_HASH_HALF_MD4, name, strlen(name), &hash, &minor))
+	if (name && !ext2fs_dirhash2(EXT2_HASH_HALF_MD4, name, (int)strlen(name), NULL, 0, o->fs->super->s_hash_seed,
+				     &hash, &minor))
 		return hash % o->nflex;
 	return (dgrp_t)((uint32_t)random() % o->nflex);
 }

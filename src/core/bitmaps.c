@@ -124,6 +124,33 @@ static void bitmaps_readahead(ext2_filsys fs)
 		}
 }
 
+/* Group g's block (inode 0) or inode bitmap from dev into its in-memory map, and its sum into bm. */
+static errcode_t load_bitmap(ext2_filsys fs, io_channel dev, struct rr_bitmaps *bm, dgrp_t g, int inode,
+			     int nocsum, char *buf)
+{
+	uint32_t nbytes = (inode ? EXT2_INODES_PER_GROUP(fs->super) : EXT2_CLUSTERS_PER_GROUP(fs->super)) / 8;
+	blk64_t b = bitmap_to_read(fs, g, inode);
+	errcode_t err;
+
+	if (!b)
+		return 0;
+	if (io_channel_read_blk64(dev, b, 1, buf))
+		return inode ? EXT2_ET_INODE_BITMAP_READ : EXT2_ET_BLOCK_BITMAP_READ;
+	if (!nocsum && !(inode ? ext2fs_inode_bitmap_csum_verify(fs, g, buf, (int)nbytes) :
+			 ext2fs_block_bitmap_csum_verify(fs, g, buf, (int)nbytes)))
+		return inode ? EXT2_ET_INODE_BITMAP_CSUM_INVALID : EXT2_ET_BLOCK_BITMAP_CSUM_INVALID;
+	if (inode)
+		err = ext2fs_set_inode_bitmap_range2(fs->inode_map,
+						     (uint64_t)g * EXT2_INODES_PER_GROUP(fs->super) + 1,
+						     nbytes * 8, buf);
+	else
+		err = ext2fs_set_block_bitmap_range2(fs->block_map, ext2fs_group_first_block2(fs, g),
+						     nbytes * 8, buf);
+	if (!err)
+		sum_put(bm, g, inode, io_block_sum(buf, fs->blocksize));
+	return err;
+}
+
 /*
  * ext2fs_read_bitmaps, without the work for groups that were never
  * initialised.  libext2fs's reader hands every group's bitmap to the
@@ -136,8 +163,6 @@ static void bitmaps_readahead(ext2_filsys fs)
  */
 errcode_t rr_bitmaps_read(ext2_filsys fs, struct rr_bitmaps *bm)
 {
-	uint32_t bnbytes = EXT2_CLUSTERS_PER_GROUP(fs->super) / 8;
-	uint32_t inbytes = EXT2_INODES_PER_GROUP(fs->super) / 8;
 	int nocsum = !!(fs->flags & EXT2_FLAG_IGNORE_CSUM_ERRORS);
 	int flags = fs->flags;
 	char *buf = NULL;
@@ -162,36 +187,9 @@ errcode_t rr_bitmaps_read(ext2_filsys fs, struct rr_bitmaps *bm)
 	if (!err)
 		err = ext2fs_allocate_inode_bitmap(fs, "inode bitmap", &fs->inode_map);
 	for (g = 0; !err && g < fs->group_desc_count; g++) {
-		blk64_t b = bitmap_to_read(fs, g, 0);
-
-		if (b) {
-			err = io_channel_read_blk64(dev, b, 1, buf);
-			if (err)
-				err = EXT2_ET_BLOCK_BITMAP_READ;
-			else if (!nocsum && !ext2fs_block_bitmap_csum_verify(fs, g, buf, (int)bnbytes))
-				err = EXT2_ET_BLOCK_BITMAP_CSUM_INVALID;
-			else
-				err = ext2fs_set_block_bitmap_range2(fs->block_map,
-								     ext2fs_group_first_block2(fs, g),
-								     bnbytes * 8, buf);
-			if (err)
-				break;
-			sum_put(bm, g, 0, io_block_sum(buf, fs->blocksize));
-		}
-		b = bitmap_to_read(fs, g, 1);
-		if (b) {
-			err = io_channel_read_blk64(dev, b, 1, buf);
-			if (err)
-				err = EXT2_ET_INODE_BITMAP_READ;
-			else if (!nocsum && !ext2fs_inode_bitmap_csum_verify(fs, g, buf, (int)inbytes))
-				err = EXT2_ET_INODE_BITMAP_CSUM_INVALID;
-			else
-				err = ext2fs_set_inode_bitmap_range2(fs->inode_map,
-								     (uint64_t)g * EXT2_INODES_PER_GROUP(fs->super) + 1,
-								     inbytes * 8, buf);
-			if (!err)
-				sum_put(bm, g, 1, io_block_sum(buf, fs->blocksize));
-		}
+		err = load_bitmap(fs, dev, bm, g, 0, nocsum, buf);
+		if (!err)
+			err = load_bitmap(fs, dev, bm, g, 1, nocsum, buf);
 	}
 	/* As ext2fs_read_bitmaps: an uninitialised group's own metadata is in use. */
 	for (g = 0; !err && g < fs->group_desc_count; g++) {

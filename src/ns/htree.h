@@ -22,7 +22,7 @@ int htree_remove_in_block(struct rr_fs *rfs, ext2_ino_t dir, blk64_t pblk, const
 
 /*
  * name's hash (and minor hash) under hash version hv and the image's seed,
- * as directory indexes and the inode allocator (src/ialloc.c) take it.
+ * as directory indexes take it.
  */
 errcode_t htree_name_hash(ext2_filsys fs, int hv, const char *name, size_t len,
 			  ext2_dirhash_t *hash, ext2_dirhash_t *minor);

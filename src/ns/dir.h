@@ -9,6 +9,12 @@ struct rr_cred {
 	uid_t uid;
 	gid_t gid;
 	mode_t umask;
+	/*
+	 * in_group_p(): gid is the caller's or one of its supplementary groups.
+	 * The front end's, for only it knows the groups; req is its request.
+	 */
+	int (*in_group)(const struct rr_cred *cr, gid_t gid);
+	void *req;
 };
 
 struct rr_dirent {

@@ -26,11 +26,11 @@ void rr_fs_unlock(struct rr_fs *rfs)
  */
 void rr_fs_end_op(struct rr_fs *rfs)
 {
-	if (rfs->jw) {
+	if (rfs->op_end) {
 		/* The allocator's choices settled first: the commit's bitmaps hold them. */
 		if (rfs->alloc)
 			rr_alloc_settle(rfs->alloc);
-		rr_journal_maybe_commit(rfs);
+		rfs->op_end(rfs);
 	}
 	rr_fs_unlock(rfs);
 }

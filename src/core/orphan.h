@@ -2,7 +2,7 @@
 /*
  * The orphan list: inodes that must be finished after a crash, because they
  * are unlinked but still open, or in the middle of a shrinking truncate.
- * See src/orphan.c for the on-disk formats, the write order and the locking.
+ * See src/core/orphan.c for the on-disk formats, the write order and the locking.
  */
 #ifndef RRFUSE_ORPHAN_H
 #define RRFUSE_ORPHAN_H
@@ -14,7 +14,7 @@
 struct rr_fs;
 struct orphan_ent;
 
-/* Everything here is under lock; see src/orphan.c. */
+/* Everything here is under lock; see src/core/orphan.c. */
 struct rr_orphans {
 	pthread_mutex_t lock;
 	int inited;

@@ -17,6 +17,7 @@
 #include "io/dev.h"
 #include "io/cache.h"
 #include "mountinfo.h"
+#include "mountopt.h"
 #include "utab.h"
 #include "rrfuse/num.h"
 
@@ -33,84 +34,27 @@
 #define RRFUSE_VERSION "0.1"
 #endif
 
-struct cmdline {
-	char *device;
-	char *mountpoint;	/* as given, for checking before libfuse does */
-	char *commit;
-	char *cache_mb;
-	char *errors;
-	char *trace;		/* -o trace=FILE */
-	char *data;		/* -o data=ordered|writeback */
-	char *log;		/* -o log=FILE */
-	int ro;
-	int atime;		/* RR_ATIME_* */
-	int norecovery;
-	int no_writeback;
-	int no_splice;
-	int delalloc;
-	int discard;
-	int direct;
-	int check;
-	int nojournal;
-	struct rr_alloc_tunables alloc;
-	char alloc_err[160];	/* the first bad allocator option, refused before the image is opened */
-	int remount;		/* mount -o remount,...: act on the running daemon */
-	int nonopts;
-	int help;
-	int version;
-};
-
-enum { KEY_RO, KEY_REMOUNT, KEY_NORECOVERY, KEY_HELP, KEY_VERSION, KEY_RRALLOC, KEY_NOATIME, KEY_RELATIME,
-       KEY_STRICTATIME };
-
 /* The largest metadata cache -o cache_mb= takes, MiB. */
 #define CACHE_MB_MAX 65536
 
-#define OPT(t, p, v) { t, offsetof(struct cmdline, p), v }
-static const struct fuse_opt opt_spec[] = {
-	OPT("commit=%s", commit, 0),
-	OPT("cache_mb=%s", cache_mb, 0),
-	OPT("errors=%s", errors, 0),
-	OPT("trace=%s", trace, 0),
-	OPT("data=%s", data, 0),
-	OPT("log=%s", log, 0),
-	OPT("no_writeback_cache", no_writeback, 1),
-	OPT("nosplice", no_splice, 1),
-	OPT("delalloc", delalloc, 1),
-	OPT("nodelalloc", delalloc, 0),
-	OPT("discard", discard, 1),
-	OPT("nodiscard", discard, 0),
-	OPT("direct", direct, 1),
-	OPT("nodirect", direct, 0),
-	OPT("check", check, 1),
-	OPT("journal", nojournal, 0),
-	OPT("nojournal", nojournal, 1),
-	FUSE_OPT_KEY("rralloc", KEY_RRALLOC),	/* the rralloc patch's mount option */
-	FUSE_OPT_KEY("ro", KEY_RO),
-	FUSE_OPT_KEY("noatime", KEY_NOATIME),
-	FUSE_OPT_KEY("relatime", KEY_RELATIME),
-	FUSE_OPT_KEY("strictatime", KEY_STRICTATIME),
-	FUSE_OPT_KEY("remount", KEY_REMOUNT),
-	FUSE_OPT_KEY("norecovery", KEY_NORECOVERY),
-	FUSE_OPT_KEY("noload", KEY_NORECOVERY),
-	FUSE_OPT_KEY("-h", KEY_HELP),
-	FUSE_OPT_KEY("--help", KEY_HELP),
-	FUSE_OPT_KEY("-V", KEY_VERSION),
-	FUSE_OPT_KEY("--version", KEY_VERSION),
-	FUSE_OPT_END
-};
-
 /*
- * arg, "NAME=VALUE", when NAME is an allocator tunable: set it (the first
- * refusal kept, to be reported before the image is opened).  1 when NAME
- * is not one.
+ * arg, "NAME=VALUE", when NAME is an allocator tunable (or rralloc, the
+ * rralloc patch's mount option): set it (the first refusal kept, to be
+ * reported before the image is opened).  1 when NAME is not one.
  */
-static int alloc_opt(struct cmdline *c, const char *arg)
+static int alloc_opt(struct rr_cmdline *c, const char *arg)
 {
 	char name[64], err[sizeof(c->alloc_err)];
-	const char *eq = strchr(arg, '=');
-	size_t n = eq ? (size_t)(eq - arg) : strlen(arg);
+	const char *eq;
+	size_t n;
 
+	/* Other users reach the mount: policies load only from root's files (libfuse takes it too). */
+	if (!strcmp(arg, "allow_other"))
+		c->alloc.shared = 1;
+	if (!strcmp(arg, "rralloc"))
+		arg = "allocator=rralloc";
+	eq = strchr(arg, '=');
+	n = eq ? (size_t)(eq - arg) : strlen(arg);
 	if (n >= sizeof(name))
 		return 1;
 	memcpy(name, arg, n);
@@ -120,62 +64,6 @@ static int alloc_opt(struct cmdline *c, const char *arg)
 	if (rr_alloc_tunable_set(&c->alloc, name, eq ? eq + 1 : "", err, sizeof(err)) && !c->alloc_err[0])
 		snprintf(c->alloc_err, sizeof(c->alloc_err), "%s", err);
 	return 0;
-}
-
-static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outargs)
-{
-	struct cmdline *c = data;
-
-	(void)outargs;
-	switch (key) {
-	case FUSE_OPT_KEY_NONOPT:
-		if (c->nonopts++ == 0) {
-			c->device = strdup(arg);
-			return 0;
-		}
-		if (c->nonopts == 2)
-			c->mountpoint = strdup(arg);
-		return 1;	/* the mount point: fuse_parse_cmdline takes it */
-	case KEY_RO:
-		c->ro = 1;
-		return 1;	/* also a mount option for the kernel */
-	/*
-	 * rrfuse keeps atime (FUSE leaves it to the server).  noatime also
-	 * shows on the kernel's mount; libfuse 3.14 knows no other.
-	 */
-	case KEY_NOATIME:
-		c->atime = RR_ATIME_NOATIME;
-		return 1;
-	case KEY_RELATIME:
-		c->atime = RR_ATIME_RELATIME;
-		return 0;
-	case KEY_STRICTATIME:
-		c->atime = RR_ATIME_STRICT;
-		return 0;
-	case KEY_REMOUNT:
-		c->remount = 1;
-		return 0;
-	case KEY_NORECOVERY:
-		c->norecovery = 1;
-		return 0;
-	case KEY_HELP:
-		c->help = 1;
-		return 0;
-	case KEY_VERSION:
-		c->version = 1;
-		return 0;
-	case KEY_RRALLOC:
-		alloc_opt(c, "allocator=rralloc");
-		return 0;
-	case FUSE_OPT_KEY_OPT:
-		/* Other users reach the mount: policies load only from root's files (for libfuse too). */
-		if (!strcmp(arg, "allow_other"))
-			c->alloc.shared = 1;
-		/* The allocator's tunables (rrfuse/tunables.def) are options too. */
-		return alloc_opt(c, arg) ? 1 : 0;
-	default:
-		return 1;
-	}
 }
 
 /* Every tunable of rrfuse/tunables.def with its default (optimize_scan's is decided at mount). */
@@ -203,53 +91,21 @@ static void usage(const char *prog)
 	       "       %s -u MOUNTPOINT\n\n"
 	       "Mount an ext4 image or block device through FUSE; with -u, unmount it and return\n"
 	       "once the image is complete and the daemon has let go of it.\n\n"
-	       "rrfuse options:\n"
-	       "    -o ro                  mount read-only (default: read-write); orphans left by a crash\n"
-	       "                           are finished first unless the image is write-protected, as ext4\n"
-	       "    -o commit=SECONDS      write dirty metadata at least this often (default 5; 0 = only at fsync/unmount)\n"
-	       "    -o cache_mb=N          metadata block cache, MiB (default 32; 0 = none, every write to the device)\n"
-	       "    -o errors=continue|remount-ro|panic\n"
-	       "                           what a filesystem error does (default: as the image says, tune2fs -e)\n"
-	       "    -o no_writeback_cache  do not use the kernel's writeback cache (default: use it)\n"
-	       "    -o nosplice            copy read data through rrfuse (default: splice it from the image)\n"
-	       "    -o trace=FILE          record every device transfer, flush and discard as fio's iolog v3\n"
-	       "                           (fio --read_iolog replays it), and what each was in FILE.kinds\n"
-	       "    -o delalloc, nodelalloc\n"
-	       "                           choose blocks for written-back pages when they are flushed (last close,\n"
-	       "                           fsync, the commit interval; files past 8 MiB at once), as ext4\n"
-	       "                           (default: delalloc; only with the writeback cache)\n"
-	       "    -o discard, nodiscard  discard blocks as they are freed (default: nodiscard; fstrim works either way)\n"
-	       "    -o direct, nodirect    file data to and from the device with O_DIRECT, not through its\n"
-	       "                           page cache (default: direct on block devices, nodirect on image files)\n"
-	       "    -o norecovery, noload  do not replay a journal that needs recovery: mount read-only without\n"
-	       "                           what it holds (refused read-write, as ext4); otherwise orphans are\n"
-	       "                           still finished\n"
-	       "    -o journal, nojournal  commits are jbd2 transactions in the image's journal, so that a crash\n"
-	       "                           leaves an image the kernel, e2fsck or rrfuse replay to a consistent\n"
-	       "                           state (default: journal, on images that have one)\n"
-	       "    -o data=ordered, data=writeback\n"
-	       "                           the kernel's journaling modes: both keep file data ahead of the\n"
-	       "                           commit that maps it (ordered's promise), which costs rrfuse nothing;\n"
-	       "                           data=journal is refused\n"
-	       "    -o check               debugging: verify cached block maps against disk, and the\n"
-	       "                           allocator's buddies against the bitmap, after every change\n"
-	       "    -o max_prealloc_kb=KB  largest preallocation window (alias mb_max_prealloc_kb; default 8192;\n"
+	       "rrfuse options:\n", prog, prog);
+	rr_cmdline_usage();
+	printf("    -o max_prealloc_kb=KB  largest preallocation window (alias mb_max_prealloc_kb; default 8192;\n"
 	       "                           smaller values mean 8192, others round up to a power of two)\n"
 	       "    -o NAME=N              the kernel's mballoc tunables, listed below with its defaults; these\n"
 	       "                           and allocator= change live with rrctl MOUNTPOINT KEY=VALUE\n"
 	       "    -o allocator=NAME      allocation policy: regular (the kernel's, default), rralloc\n"
 	       "                           (round-robin over the device), firstfit (lowest address first)\n"
 	       "    -o rralloc             the same as allocator=rralloc\n"
-	       "    -o relatime, noatime, strictatime\n"
-	       "                           what a read does to the access time, as ext4 (default relatime:\n"
-	       "                           set when not newer than mtime and ctime, or a day old)\n"
-	       "    -o log=FILE            in the background, append messages to FILE (default: syslog)\n"
 	       "    -f                     stay in the foreground: messages to standard error\n"
 	       "    -d                     debug: foreground, print every request\n"
 	       "    -s                     single-threaded\n"
 	       "    -h, --help             this help\n"
 	       "    -V, --version          print the version\n\n"
-	       "Allocator tunables (the kernel's /sys/fs/ext4/DEV/ names):\n", prog, prog);
+	       "Allocator tunables (the kernel's /sys/fs/ext4/DEV/ names):\n");
 	usage_tunables();
 	printf("\nFUSE options:\n");
 	fuse_cmdline_help();
@@ -277,7 +133,7 @@ static int check_mountpoint(const char *mnt)
  * message naming the bad one (before the image is opened: nothing is
  * written).
  */
-static int options_to_opts(const struct cmdline *c, const struct fuse_cmdline_opts *fo, struct rr_opts *opts)
+static int options_to_opts(const struct rr_cmdline *c, const struct fuse_cmdline_opts *fo, struct rr_opts *opts)
 {
 	char err[256];
 
@@ -330,12 +186,13 @@ static int options_to_opts(const struct cmdline *c, const struct fuse_cmdline_op
 	opts->ro = c->ro;
 	opts->atime = c->atime;
 	opts->norecovery = c->norecovery;
-	opts->writeback = !c->no_writeback;
-	opts->splice = !c->no_splice;
+	opts->writeback = c->writeback;
+	opts->splice = c->splice;
 	opts->delalloc = c->delalloc;
 	opts->direct = c->direct;
 	opts->check = c->check;
-	opts->journal = !c->nojournal;
+	opts->journal = c->journal;
+	opts->io_uring = c->io_uring;
 	opts->debug = fo->debug;
 	opts->single = fo->singlethread;
 	return 0;
@@ -380,7 +237,7 @@ static int serve(struct fuse_session *se, const struct fuse_cmdline_opts *fo)
  * Mount rfs on fo->mountpoint, detach (unless -f), serve until unmount or a
  * signal, and unmount: the exit status.  rfs is closed by the caller.
  */
-static int mount_and_serve(struct rr_fs *rfs, struct fuse_args *args, const struct cmdline *c,
+static int mount_and_serve(struct rr_fs *rfs, struct fuse_args *args, const struct rr_cmdline *c,
 			   const struct fuse_cmdline_opts *fo, int blkdev)
 {
 	struct fuse_session *se;
@@ -426,6 +283,8 @@ static int mount_and_serve(struct rr_fs *rfs, struct fuse_args *args, const stru
 	ret = r ? 1 : 0;
 out_unmount:
 	fuse_session_unmount(se);
+	/* After the unmount: a fuseblk mount's DESTROY may come over the ring. */
+	chan_detach();
 out_sig:
 	fuse_remove_signal_handlers(se);
 out_se:
@@ -433,23 +292,11 @@ out_se:
 	return ret;
 }
 
-static void cmdline_free(struct cmdline *c)
-{
-	free(c->device);
-	free(c->mountpoint);
-	free(c->commit);
-	free(c->cache_mb);
-	free(c->errors);
-	free(c->trace);
-	free(c->data);
-	free(c->log);
-}
-
 int main(int argc, char *argv[])
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct fuse_cmdline_opts fo = { 0 };
-	struct cmdline c = { .direct = -1, .delalloc = 1 };
+	struct rr_cmdline c = { 0 };
 	struct rr_opts opts = { .commit_secs = 5, .writeback = 1 };
 	struct rr_fs *rfs = NULL;
 	struct stat st;
@@ -464,7 +311,7 @@ int main(int argc, char *argv[])
 	/* The allocator's messages go where rrfuse's own go: syslog once in the background. */
 	rr_alloc_set_log(rr_vlog);
 	rr_alloc_tunables_default(&c.alloc);
-	if (fuse_opt_parse(&args, &c, opt_spec, opt_proc) == -1)
+	if (rr_cmdline_parse(&args, &c, alloc_opt))
 		return 1;
 	if (c.help) {
 		usage(argv[0]);
@@ -545,7 +392,7 @@ out:
 		rr_log(LOG_ERR, "trace=%s: %s", c.trace, strerror(-r));
 		ret = 1;
 	}
-	cmdline_free(&c);
+	rr_cmdline_free(&c);
 	free(fo.mountpoint);
 	fuse_opt_free_args(&args);
 	return ret;

@@ -7,6 +7,7 @@
  * are added (ext2fs_link) and removed.
  */
 #include "dir.h"
+#include "symlink.h"
 #include "log.h"
 #include "htree.h"
 #include "xattr.h"
@@ -456,25 +457,8 @@ int dir_symlink(struct rr_fs *rfs, ext2_ino_t dir, const char *name, const char 
 	new_owner(rfs, dir, &mode, cr, &gid);
 	*ino = 0;
 	ret = inode_new(rfs, dir, name, mode, cr->uid, gid, 0, ino, in);
-	if (!ret) {
-		if (len < sizeof(in->i_block)) {
-			/* Fast symlink: the target lives in i_block. */
-			memset(in->i_block, 0, sizeof(in->i_block));
-			memcpy(in->i_block, target, len);
-			in->i_size = (__u32)len;
-			ret = inode_write(rfs, *ino, in);
-		} else {
-			if (ext2fs_has_feature_extents(rfs->fs->super)) {
-				ext2_extent_handle_t h;
-
-				ret = rr_err_ino(ext2fs_extent_open2(rfs->fs, *ino, (struct ext2_inode *)in, &h), *ino);
-				if (!ret)
-					ext2fs_extent_free(h);
-			}
-			if (!ret)
-				ret = data_write_new_file(rfs, *ino, in, target, len);
-		}
-	}
+	if (!ret)
+		ret = symlink_set_target(rfs, *ino, in, target, len);
 	return link_new_and_unlock(rfs, dir, name, ret, EXT2_FT_SYMLINK, 0, *ino, ri, in);
 }
 

@@ -66,6 +66,18 @@ static int set_recover(struct rr_fs *rfs, int on)
 	return ret;
 }
 
+/* rr_fs.op_end: a transaction that has grown full is committed. */
+static void commit_if_full(struct rr_fs *rfs)
+{
+	int ret;
+
+	if (!io_cache_journal_full(rfs->fs->io))
+		return;
+	ret = rr_fs_commit_locked(rfs, 1);
+	if (ret)
+		rr_log(LOG_ERR, "journal: commit of a full transaction failed: %s", strerror(-ret));
+}
+
 int rr_journal_start(struct rr_fs *rfs)
 {
 	ext2_filsys fs = rfs->fs;
@@ -108,6 +120,7 @@ int rr_journal_start(struct rr_fs *rfs)
 	rr_fs_lock(rfs);
 	io_cache_set_journal(fs->io, &cj);
 	rfs->jw = w;
+	rfs->op_end = commit_if_full;
 	rr_fs_unlock(rfs);
 	{
 		uint64_t n;
@@ -132,6 +145,7 @@ int rr_journal_stop(struct rr_fs *rfs)
 	ret = rr_fs_commit_locked(rfs, 1);
 	io_cache_set_journal(rfs->fs->io, NULL);
 	rfs->jw = NULL;
+	rfs->op_end = NULL;
 	rr_fs_unlock(rfs);
 	if (jw_close(w) && !ret)
 		ret = -EIO;
@@ -139,15 +153,4 @@ int rr_journal_stop(struct rr_fs *rfs)
 	if (!ret)
 		ret = set_recover(rfs, 0);
 	return ret;
-}
-
-void rr_journal_maybe_commit(struct rr_fs *rfs)
-{
-	int ret;
-
-	if (!io_cache_journal_full(rfs->fs->io))
-		return;
-	ret = rr_fs_commit_locked(rfs, 1);
-	if (ret)
-		rr_log(LOG_ERR, "journal: commit of a full transaction failed: %s", strerror(-ret));
 }

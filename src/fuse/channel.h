@@ -13,6 +13,9 @@ struct rr_fs;
  */
 int chan_attach(struct fuse_session *se, struct rr_fs *rfs);
 
+/* After the session ended and the mount is gone: the ring's threads are done (src/fuse/uring.c). */
+void chan_detach(void);
+
 /*
  * The request this thread is handling asks rrfuse to drop set-user-ID and
  * set-group-ID (FUSE_WRITE_KILL_SUIDGID on a WRITE, FATTR_KILL_SUIDGID on a

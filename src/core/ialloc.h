@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-/* Where a new inode goes: the kernel's ext4 placement (src/ialloc.c). */
+/* Where a new inode goes: the kernel's ext4 placement (src/core/ialloc.c). */
 #ifndef RRFUSE_IALLOC_H
 #define RRFUSE_IALLOC_H
 
