@@ -7,24 +7,30 @@
  * wants as its worst case, and what a naive allocator does.  Metadata is
  * placed as under regular.
  *
- * It is also the proof that a policy is one file plus one line in
- * policies.def: the tests switch to it live and check where data lands.
+ * It uses only the public policy API (include/rrfuse/policy.h), as a
+ * policy built outside rrfuse would; the tests switch to it live and check
+ * where data lands.
  */
 #include "policy.h"
+#include "rrfuse/policy.h"
 
-static void firstfit_choose(struct rr_alloc *a, struct mb_ac *ac)
+static int firstfit_choose(struct rrp_engine *e, void *priv, const struct rrp_request *r,
+			   struct rrp_extent *out)
 {
-	if (!(ac->hints & MB_HINT_DATA)) {
-		mb_policy_regular.choose(a, ac);
-		return;
-	}
-	ac->cr = CR_ANY_FREE;
-	if ((mb_first_fit(a, ac, a->first_data_block, ac->g_ex.len) ||
-	     mb_first_fit(a, ac, a->first_data_block, 1)) && MB_T(a, mb_stats))
-		atomic_fetch_add(&a->stats.cr_hits[ac->cr], 1);
+	uint64_t low = rrp_first_data_block(e);
+
+	(void)priv;
+	if (!(r->flags & RRP_DATA))
+		return rrp_regular(e, r, out);
+	if (!rrp_first_fit(e, low, r->goal_len, r->goal_len, out))
+		return 0;
+	return rrp_first_fit(e, low, 1, r->goal_len, out);
 }
 
-const struct mb_policy mb_policy_firstfit = {
+static const struct rrp_policy rrp_policy_firstfit = {
+	.abi = RRP_ABI_VERSION,
 	.name = "firstfit",
 	.choose = firstfit_choose,
 };
+
+MB_PUBLIC_POLICY(firstfit);

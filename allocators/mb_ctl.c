@@ -16,8 +16,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+/*
+ * A policy the engine switched off (mb_guard.c: it cannot take the fs lock
+ * where it decides) becomes a real switch to regular at the next rrctl
+ * command, so that the allocator tunable says what runs.
+ */
+static void settle_off(struct rr_alloc *a)
+{
+	char err[RRCTL_ERR_LEN];
+
+	if (a->policy == &mb_policy_regular || !atomic_load(&a->run->off))
+		return;
+	if (!mb_policy_switch(a, &mb_policy_regular, err, sizeof(err)))
+		snprintf(a->t.policy, sizeof(a->t.policy), "%s", mb_policy_regular.name);
+}
+
 int rr_alloc_get(struct rr_alloc *a, const char *name, char *buf, size_t len, char *err, size_t errlen)
 {
+	settle_off(a);
 	return rr_alloc_tunable_get(&a->t, name, buf, len, err, errlen);
 }
 
@@ -36,11 +52,12 @@ int mb_policy_switch(struct rr_alloc *a, const struct mb_policy *p, char *err, s
 		return 0;
 	run = calloc(1, sizeof(*run));
 	a->policy_priv = NULL;
-	if (!run || (p->init && p->init(a))) {
+	if (!run || (p->init && p->init(a, p))) {
 		free(run);
 		a->policy_priv = old_priv;
-		snprintf(err, errlen, "allocator '%s' could not start (out of memory)", p->name);
-		return -ENOMEM;
+		snprintf(err, errlen, "allocator '%s' could not start (%s)", p->name,
+			 run ? "its init failed" : "out of memory");
+		return run ? -EINVAL : -ENOMEM;
 	}
 	run->policy = p;
 	run->priv = a->policy_priv;
@@ -63,8 +80,10 @@ static void tunables_store(struct rr_alloc_tunables *to, const struct rr_alloc_t
 #undef MB_TUNABLE
 	STORE(check);
 	STORE(discard);
+	STORE(shared);
 #undef STORE
 	memcpy(to->policy, from->policy, sizeof(to->policy));
+	memcpy(to->policy_dir, from->policy_dir, sizeof(to->policy_dir));
 }
 
 /*
@@ -83,8 +102,12 @@ static void tunables_store(struct rr_alloc_tunables *to, const struct rr_alloc_t
  */
 int rr_alloc_set(struct rr_alloc *a, const char *name, const char *value, char *err, size_t errlen)
 {
-	struct rr_alloc_tunables t = a->t;
-	int ret = rr_alloc_tunable_set(&t, name, value, err, errlen);
+	struct rr_alloc_tunables t;
+	int ret;
+
+	settle_off(a);
+	t = a->t;
+	ret = rr_alloc_tunable_set(&t, name, value, err, errlen);
 
 	if (ret)
 		return ret;
@@ -94,7 +117,11 @@ int rr_alloc_set(struct rr_alloc *a, const char *name, const char *value, char *
 		return -EINVAL;
 	}
 	if (strcmp(t.policy, a->t.policy)) {
-		ret = mb_policy_switch(a, mb_policy_find(t.policy), err, errlen);
+		const struct mb_policy *p = mb_policy_get(t.policy, &t, err, errlen);
+
+		if (!p)
+			return -EINVAL;
+		ret = mb_policy_switch(a, p, err, errlen);
 		if (ret)
 			return ret;
 	}
@@ -163,4 +190,7 @@ void rr_alloc_stats(struct rr_alloc *a, struct rrctl_stats *out)
 		out->cr_extents[c] = atomic_load(&s->cr_extents[c]);
 		out->cr_useless[c] = atomic_load(&s->cr_useless[c]);
 	}
+	for (c = 0; c < RRCTL_NREFUSE && c < MB_NREFUSE; c++)
+		out->refused[c] = atomic_load(&s->refused[c]);
+	out->policies_off = atomic_load(&s->policies_off);
 }

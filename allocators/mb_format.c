@@ -65,3 +65,13 @@ void mb_format_stats(FILE *f, const struct rrctl_stats *s)
 	fprintf(f, "\tpreallocated: %llu\n", (unsigned long long)s->preallocated);
 	fprintf(f, "\tdiscarded: %llu\n", (unsigned long long)s->discarded);
 }
+
+/* Not a kernel format: the kernel has no policy to check (allocators/mb_guard.c). */
+void mb_format_refusals(FILE *f, const struct rrctl_stats *s)
+{
+	fprintf(f, "policy answers refused: %llu outside the device, %llu in metadata, %llu in use, "
+		"%llu reserved; %llu policies switched off\n",
+		(unsigned long long)s->refused[0], (unsigned long long)s->refused[1],
+		(unsigned long long)s->refused[2], (unsigned long long)s->refused[3],
+		(unsigned long long)s->policies_off);
+}

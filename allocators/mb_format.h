@@ -17,5 +17,7 @@ void mb_format_groups_header(FILE *f);
 void mb_format_group(FILE *f, const struct rrctl_group *g, unsigned int blocksize_bits);
 /* mb_stats, or the kernel's "turned off" text when s->enabled is 0. */
 void mb_format_stats(FILE *f, const struct rrctl_stats *s);
+/* One line: the policy answers the engine refused, by kind, and the policies it switched off. */
+void mb_format_refusals(FILE *f, const struct rrctl_stats *s);
 
 #endif

@@ -19,7 +19,7 @@
 /* mb_max_prealloc_kb's default (tunables.def): smaller values mean it. */
 #define MB_DEFAULT_MAX_PREALLOC_KB	8192
 
-enum tkind { T_UINT, T_BOOL, T_PREALLOC_KB, T_POLICY };
+enum tkind { T_UINT, T_BOOL, T_PREALLOC_KB, T_POLICY, T_POLICY_DIR };
 
 struct tunable {
 	const char *name;
@@ -34,6 +34,7 @@ static const struct tunable tunables[] = {
 #undef MB_TUNABLE
 	{ "max_prealloc_kb", offsetof(struct rr_alloc_tunables, mb_max_prealloc_kb), T_PREALLOC_KB, 0 },
 	{ "allocator", 0, T_POLICY, 0 },
+	{ "policy_dir", 0, T_POLICY_DIR, 0 },
 };
 
 void rr_alloc_tunables_default(struct rr_alloc_tunables *t)
@@ -85,6 +86,8 @@ int rr_alloc_tunable_get(const struct rr_alloc_tunables *t, const char *name, ch
 	}
 	if (d->kind == T_POLICY)
 		snprintf(buf, len, "%s", t->policy);
+	else if (d->kind == T_POLICY_DIR)
+		snprintf(buf, len, "%s", t->policy_dir[0] ? t->policy_dir : RRFUSE_POLICY_DIR);
 	else
 		snprintf(buf, len, "%u", *(const unsigned int *)((const char *)t + d->off));
 	return 0;
@@ -115,15 +118,26 @@ int rr_alloc_tunable_set(struct rr_alloc_tunables *t, const char *name, const ch
 		snprintf(err, errlen, "unknown allocator tunable '%s'", name);
 		return -ENOENT;
 	}
+	/* A policy that is no built-in is loaded where it is started (attach, rrctl): policy_dir may follow. */
 	if (d->kind == T_POLICY) {
-		if (!value || !mb_policy_find(value)) {
+		if (!value || !mb_policy_name_ok(value)) {
 			char names[128];
 
 			mb_policy_names(names, sizeof(names));
-			snprintf(err, errlen, "unknown allocator '%s' (known: %s)", value ? value : "", names);
+			snprintf(err, errlen, "unknown allocator '%s' (known: %s; or NAME.so in the policy "
+				 "directory, or a path to a .so)", value ? value : "", names);
 			return -EINVAL;
 		}
 		snprintf(t->policy, sizeof(t->policy), "%s", value);
+		return 0;
+	}
+	if (d->kind == T_POLICY_DIR) {
+		if (!value || value[0] != '/' || strlen(value) >= sizeof(t->policy_dir)) {
+			snprintf(err, errlen, "bad value for policy_dir=: '%s' (an absolute path, shorter than %zu)",
+				 value ? value : "", sizeof(t->policy_dir));
+			return -EINVAL;
+		}
+		snprintf(t->policy_dir, sizeof(t->policy_dir), "%s", value);
 		return 0;
 	}
 	if (rr_parse_u32(value, &v)) {

@@ -112,7 +112,7 @@ rr_alloc_log_fn rr_alloc_set_log(rr_alloc_log_fn fn)
 	return old;
 }
 
-static void __attribute__((format(printf, 2, 3))) mb_log(int prio, const char *fmt, ...)
+void mb_log(int prio, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -187,6 +187,7 @@ static void group_update(struct rr_alloc *a, uint32_t g)
 	struct mb_buddy *b = grp->buddy;
 	int lo = mb_buddy_largest_order(b), ao = mb_avg_order(b->free, b->fragments, b->max_order);
 
+	grp->gen++;
 	atomic_store(&grp->free, b->free);
 	atomic_store(&grp->fragments, b->fragments);
 	atomic_store(&grp->largest_order, (int8_t)lo);
@@ -1082,6 +1083,16 @@ int mb_good_group(struct rr_alloc *a, struct mb_ac *ac, uint32_t g, enum mb_cr c
 	}
 }
 
+/* A search found [s, s + l) free in group g, whose lock it holds: the best so far. */
+static void set_best(const struct rr_alloc *a, struct mb_ac *ac, uint32_t g, uint32_t s, uint32_t l)
+{
+	ac->b_ex.group = g;
+	ac->b_ex.start = s;
+	ac->b_ex.len = l;
+	ac->seen_group = g;
+	ac->seen_gen = a->groups[g].gen;
+}
+
 static void use_best(struct mb_ac *ac)
 {
 	if (ac->b_ex.len > ac->g_ex.len)
@@ -1117,11 +1128,8 @@ static void measure(struct rr_alloc *a, struct mb_ac *ac, uint32_t g, uint32_t s
 	ac->found++;
 	STAT_INC(a, extents_scanned);
 	STAT_INC(a, cr_extents[ac->cr]);
-	if ((ac->hints & MB_HINT_FIRST) || l == ac->g_ex.len || l > ac->b_ex.len) {
-		ac->b_ex.group = g;
-		ac->b_ex.start = s;
-		ac->b_ex.len = l;
-	}
+	if ((ac->hints & MB_HINT_FIRST) || l == ac->g_ex.len || l > ac->b_ex.len)
+		set_best(a, ac, g, s, l);
 	if ((ac->hints & MB_HINT_FIRST) || l == ac->g_ex.len) {
 		use_best(ac);
 		return;
@@ -1179,9 +1187,7 @@ void mb_scan_group(struct rr_alloc *a, struct mb_ac *ac, uint32_t g, enum mb_cr 
 		STAT_INC(a, extents_scanned);
 		STAT_INC(a, cr_extents[cr]);
 		if (s >= 0) {
-			ac->b_ex.group = g;
-			ac->b_ex.start = (uint32_t)s;
-			ac->b_ex.len = 1u << ac->two_order;
+			set_best(a, ac, g, (uint32_t)s, 1u << ac->two_order);
 			STAT_INC(a, two_n_hits);
 			use_best(ac);
 		}
@@ -1201,10 +1207,13 @@ int mb_find_by_goal(struct rr_alloc *a, struct mb_ac *ac)
 		return 0;
 	pthread_mutex_lock(&grp->lock);
 	n = mb_buddy_extent_at(grp->buddy, ac->g_ex.start, ac->g_ex.len);
+	if (n >= ac->g_ex.len) {
+		set_best(a, ac, g, ac->g_ex.start, ac->g_ex.len);
+		ac->b_ex.logical = ac->g_ex.logical;
+	}
 	pthread_mutex_unlock(&grp->lock);
 	if (n < ac->g_ex.len)
 		return 0;
-	ac->b_ex = ac->g_ex;
 	ac->status = AC_FOUND;
 	return 1;
 }
@@ -1248,9 +1257,7 @@ int mb_first_fit(struct rr_alloc *a, struct mb_ac *ac, uint64_t from, uint32_t n
 			STAT_INC(a, extents_scanned);
 			STAT_INC(a, cr_extents[ac->cr]);
 			if (l >= need) {
-				ac->b_ex.group = g;
-				ac->b_ex.start = s;
-				ac->b_ex.len = l;
+				set_best(a, ac, g, s, l);
 				use_best(ac);
 				pthread_mutex_unlock(&grp->lock);
 				return 1;
@@ -1345,6 +1352,7 @@ static void ac_init(struct rr_alloc *a, struct mb_ac *ac, const struct rr_alloc_
 	ac->o_ex.logical = req->lblk;
 	ac->g_ex = ac->o_ex;
 	ac->status = AC_CONTINUE;
+	ac->seen_group = UINT32_MAX;
 }
 
 /* Grow a file's data request into its preallocation window. */
@@ -1380,18 +1388,45 @@ static void ac_normalize(struct rr_alloc *a, struct mb_ac *ac, const struct rr_a
 }
 
 /*
+ * Why [start, start + len) of group g is not free in the buddy, for a
+ * refused answer: promised blocks the disk calls free, or used ones.
+ * Group lock held.
+ */
+static enum mb_refusal busy_kind(struct rr_alloc *a, uint32_t g, uint32_t start, uint32_t len)
+{
+	struct mb_group *grp = &a->groups[g];
+	const uint8_t *fmap = group_fmap(a, grp);
+	uint32_t i;
+
+	if (pa_overlapping(a, g, group_first(a, g) + start, len, NULL))
+		return MB_REFUSE_RESERVED;
+	for (i = start; i < start + len; i++)
+		if (mb_bit_test(grp->pmap, i) || mb_bit_test(fmap, i))
+			return MB_REFUSE_RESERVED;
+	return MB_REFUSE_USED;
+}
+
+/*
  * Mark the found extent used in the buddy, if it is still free: between a
  * search and its use the group was unlocked, and another request may have
  * taken part of it (kernel: s_mb_lost_chunks).  Returns with the group
- * locked, or -EAGAIN (unlocked).
+ * locked, or -EAGAIN (unlocked).  An extent that no search of this
+ * request saw free since the group last changed is no lost race but a
+ * policy's wrong answer: -EPERM, its kind in ac->refused (mb_guard.c).
  */
-static int grab_locked(struct rr_alloc *a, const struct mb_ac *ac)
+static int grab_locked(struct rr_alloc *a, struct mb_ac *ac)
 {
 	struct mb_group *grp = &a->groups[ac->b_ex.group];
 
 	pthread_mutex_lock(&grp->lock);
 	if (mb_buddy_extent_at(grp->buddy, ac->b_ex.start, ac->b_ex.len) < ac->b_ex.len) {
+		int lost = ac->seen_group == ac->b_ex.group && ac->seen_gen != grp->gen;
+
+		if (!lost)
+			ac->refused = busy_kind(a, ac->b_ex.group, ac->b_ex.start, ac->b_ex.len);
 		pthread_mutex_unlock(&grp->lock);
+		if (!lost)
+			return -EPERM;
 		STAT_INC(a, lost);
 		return -EAGAIN;
 	}
@@ -1402,7 +1437,7 @@ static int grab_locked(struct rr_alloc *a, const struct mb_ac *ac)
 }
 
 /* libext2fs's own allocation: the extent stays marked in the buddy until settle (see hint_add). */
-static int use_hint(struct rr_alloc *a, const struct mb_ac *ac, uint32_t len, struct rr_extent *out)
+static int use_hint(struct rr_alloc *a, struct mb_ac *ac, uint32_t len, struct rr_extent *out)
 {
 	struct mb_group *grp = &a->groups[ac->b_ex.group];
 	struct mb_ac one = *ac;
@@ -1410,6 +1445,7 @@ static int use_hint(struct rr_alloc *a, const struct mb_ac *ac, uint32_t len, st
 
 	one.b_ex.len = ac->b_ex.len < len ? ac->b_ex.len : len;
 	ret = grab_locked(a, &one);
+	ac->refused = one.refused;
 	if (ret)
 		return ret;
 	if (hint_add(a, mb_block_of(a, &one.b_ex), one.b_ex.len)) {
@@ -1443,7 +1479,8 @@ static uint64_t pa_lstart(const struct mb_ac *ac, uint32_t blen)
  * (the inode's, or for a small file its CPU's locality group's, which
  * replaces what was left of the last).  The PA's owner lock is taken
  * before the group's, so that a check never sees the window half made.
- * 0, or -EAGAIN when the extent was lost to another request.
+ * 0, -EAGAIN when the extent was lost to another request, or -EPERM
+ * when it was not free to begin with (grab_locked).
  */
 static int ac_use(struct rr_alloc *a, struct mb_ac *ac, int make_pa, struct rr_extent *out)
 {
@@ -1452,15 +1489,18 @@ static int ac_use(struct rr_alloc *a, struct mb_ac *ac, int make_pa, struct rr_e
 	struct mb_pa *pa = NULL, *old = NULL;
 	pthread_mutex_t *owner = NULL;
 	uint64_t off = 0;
-	int lg = (ac->hints & MB_HINT_GROUP_ALLOC) != 0;
+	int lg = (ac->hints & MB_HINT_GROUP_ALLOC) != 0, ret;
 
 	if (make_pa && blen > ac->o_ex.len)
 		pa = calloc(1, sizeof(*pa) + (lg ? 0 : (blen + 7) / 8));
 	if (!pa) {
+		int ret;
+
 		if (blen > ac->o_ex.len)
 			ac->b_ex.len = blen = ac->o_ex.len;
-		if (grab_locked(a, ac))
-			return -EAGAIN;
+		ret = grab_locked(a, ac);
+		if (ret)
+			return ret;
 		take_locked(a, g, gstart, blen);
 		pthread_mutex_unlock(&a->groups[g].lock);
 		out->pblk = p;
@@ -1490,10 +1530,11 @@ static int ac_use(struct rr_alloc *a, struct mb_ac *ac, int make_pa, struct rr_e
 		owner = ino_lock(a, pa->ino);
 	}
 	pthread_mutex_lock(owner);
-	if (grab_locked(a, ac)) {
+	ret = grab_locked(a, ac);
+	if (ret) {
 		pthread_mutex_unlock(owner);
 		free(pa);
-		return -EAGAIN;
+		return ret;
 	}
 	take_locked(a, g, (uint32_t)(out->pblk - group_first(a, g)), out->len);
 	pa->gnext = a->groups[g].pas;
@@ -1528,6 +1569,45 @@ static void stat_pa_hit(struct rr_alloc *a, const struct rr_alloc_req *req, uint
 	}
 	if (out->pblk == req->goal)
 		STAT_INC(a, goal_hits);
+}
+
+/*
+ * Run policy p on ac, and check where its answer lies (mb_guard.c): 0 with
+ * the answer in ac->b_ex, its group loaded; or -ENOSPC.  A policy other
+ * than regular that finds nothing, or whose answer is refused, has the
+ * request served by regular.  The request's own fields are the engine's:
+ * whatever a policy changed of them is put back.
+ */
+static int choose_checked(struct rr_alloc *a, struct mb_running *run, const struct mb_policy *p,
+			  struct mb_ac *ac)
+{
+	const struct mb_ac asked = *ac;
+	int why;
+
+	for (;;) {
+		ac->priv = p == run->policy ? run->priv : NULL;
+		p->choose(a, ac);
+		ac->ino = asked.ino;
+		ac->hints = asked.hints;
+		ac->o_ex = asked.o_ex;
+		ac->orig_goal_len = asked.orig_goal_len;
+		ac->g_ex.logical = asked.g_ex.logical;
+		ac->priv = NULL;
+		if (ac->b_ex.len) {
+			why = mb_guard_where(a, &ac->b_ex);
+			if (why < 0) {
+				/* More than the window: the rest stays free. */
+				if (ac->b_ex.len > ac->orig_goal_len)
+					ac->b_ex.len = ac->orig_goal_len;
+				return mb_load_group(a, ac->b_ex.group) ? -ENOSPC : 0;
+			}
+			mb_guard_refuse(a, run, (enum mb_refusal)why);
+		}
+		if (p == &mb_policy_regular)
+			return -ENOSPC;
+		p = &mb_policy_regular;
+		*ac = asked;
+	}
 }
 
 /*
@@ -1575,7 +1655,7 @@ static int mb_new_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, uin
 {
 	int file_data = (req->flags & RR_ALLOC_DATA) && req->ino && !(req->flags & RR_ALLOC_HINT_ONLY);
 	struct mb_ac ac;
-	int small, exact, ret;
+	int small, exact, ret, refused = 0;
 
 	if (file_data && pa_use(a, req->ino, req->lblk, len, out)) {
 		stat_pa_hit(a, req, len, out);
@@ -1605,10 +1685,10 @@ static int mb_new_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, uin
 			ac_normalize(a, &ac, req);
 		}
 		ac.orig_goal_len = ac.g_ex.len;
-		ac.priv = run->priv;
-		run->policy->choose(a, &ac);
-		if (!ac.b_ex.len)
-			return -ENOSPC;
+		ret = choose_checked(a, run, refused || atomic_load(&run->off) ? &mb_policy_regular : run->policy,
+				     &ac);
+		if (ret)
+			return ret;
 		STAT_INC(a, reqs);
 		if (ac.b_ex.len >= ac.o_ex.len)
 			STAT_INC(a, success);
@@ -1624,6 +1704,13 @@ static int mb_new_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, uin
 			ret = use_hint(a, &ac, len, out);
 		else
 			ret = ac_use(a, &ac, file_data && !exact, out);
+		/* Not free when the policy chose it: regular serves the request. */
+		if (ret == -EPERM) {
+			mb_guard_refuse(a, run, (enum mb_refusal)ac.refused);
+			if (refused++)
+				return -ENOSPC;
+			ret = -EAGAIN;
+		}
 	} while (ret == -EAGAIN);
 	return ret;
 }
@@ -2255,8 +2342,9 @@ int rr_alloc_attach(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr
 	unsigned int bbits = (unsigned int)__builtin_ctz(fs->blocksize);
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	const struct mb_policy *policy;
-	char err[128];
+	char err[512];
 	uint32_t g, i;
+	int ret;
 
 	if (!a)
 		return -ENOMEM;
@@ -2264,8 +2352,10 @@ int rr_alloc_attach(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr
 		a->t = *t;
 	else
 		rr_alloc_tunables_default(&a->t);
-	policy = mb_policy_find(a->t.policy);
+	policy = mb_policy_get(a->t.policy, &a->t, err, sizeof(err));
 	if (!policy || EXT2FS_CLUSTER_RATIO(fs) != 1) {
+		if (!policy)
+			mb_log(LOG_ERR, "%s", err);
 		free(a);
 		return -EINVAL;
 	}
@@ -2325,9 +2415,15 @@ int rr_alloc_attach(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr
 		atomic_init(&grp->list_order[0], -1);
 		atomic_init(&grp->list_order[1], -1);
 	}
-	if (mb_policy_switch(a, policy, err, sizeof(err))) {
+	if (mb_guard_attach(a)) {
 		rr_alloc_detach(a);
 		return -ENOMEM;
+	}
+	ret = mb_policy_switch(a, policy, err, sizeof(err));
+	if (ret) {
+		mb_log(LOG_ERR, "%s", err);
+		rr_alloc_detach(a);
+		return ret;
 	}
 	a->old_priv = fs->priv_data;
 	fs->priv_data = a;
@@ -2362,6 +2458,7 @@ static void print_stats(struct rr_alloc *a)
 	if (!f)
 		return;
 	mb_format_stats(f, &st);
+	mb_format_refusals(f, &st);
 	if (fclose(f) == 0)
 		for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
 			mb_log(LOG_INFO, "%s", line);
@@ -2392,7 +2489,7 @@ void rr_alloc_detach(struct rr_alloc *a)
 		next = run->retired;
 		a->policy_priv = run->priv;
 		if (run->policy->fini)
-			run->policy->fini(a);
+			run->policy->fini(a, run->policy);
 		free(run);
 	}
 	for (g = 0; g < a->ngroups; g++) {
@@ -2416,5 +2513,6 @@ void rr_alloc_detach(struct rr_alloc *a)
 	free(a->lg_locks);
 	free(a->list_bits);
 	free(a->hints);
+	free(a->meta);
 	free(a);
 }

@@ -116,6 +116,7 @@ struct mb_group {
 	_Atomic uint8_t block_uninit;	/* EXT2_BG_BLOCK_UNINIT as of the last fs-locked look */
 	_Atomic int8_t list_order[MB_NLISTS];	/* the order whose list holds this group, -1 none */
 	struct mb_pa *pas;		/* preallocations inside this group */
+	uint32_t gen;			/* buddy changes (group_update): a lost race or a lie? */
 };
 
 /*
@@ -180,6 +181,9 @@ struct mb_ac {
 	uint32_t found;			/* extents measured (ac_found) */
 	void *priv;			/* the running policy's own state (struct mb_running) */
 	uint32_t groups_scanned;
+	/* The group of the last extent an engine search set in b_ex, and its gen then (mb_guard.c). */
+	uint32_t seen_group, seen_gen;
+	int refused;			/* grab_locked's -EPERM: why (enum mb_refusal) */
 };
 
 /* Normalisation input and output: pure, see mb_normalize(). */
@@ -198,6 +202,15 @@ void mb_normalize(struct mb_norm *n);
 
 struct mb_policy;
 
+/* Why the engine refused a policy's answer (mb_guard.c); rrctl -s counts them in this order. */
+enum mb_refusal {
+	MB_REFUSE_OUTSIDE,	/* not inside one group of the device */
+	MB_REFUSE_METADATA,	/* superblock, descriptors, reserved GDT, bitmaps, inode tables, journal, MMP */
+	MB_REFUSE_USED,		/* in use */
+	MB_REFUSE_RESERVED,	/* free on disk but promised: a preallocation, pending, or freed before the last commit */
+	MB_NREFUSE
+};
+
 /*
  * Statistics (mb_stats), in the kernel's meaning; counted only when mb_stats
  * is on (rrctl -s shows them in the kernel's format).  lost is the
@@ -210,13 +223,21 @@ struct mb_stats {
 	atomic_ulong preallocated, discarded;
 	atomic_ulong cr_hits[MB_NUM_CRS], cr_considered[MB_NUM_CRS], cr_extents[MB_NUM_CRS];
 	atomic_ulong cr_useless[MB_NUM_CRS];
+	/* Counted whatever mb_stats says: a policy's answers the engine refused, by kind. */
+	atomic_ulong refused[MB_NREFUSE], policies_off;
 };
 
-/* A policy and its state; a live switch puts a new one in and keeps the old until detach. */
+/*
+ * A policy and its state; a live switch puts a new one in and keeps the old until detach.
+ * refused, logged and off belong to mb_guard.c: answers refused, the kinds already
+ * logged (a bit each), and set once the policy has been switched off for refusing too many.
+ */
 struct mb_running {
 	const struct mb_policy *policy;
 	void *priv;
 	struct mb_running *retired;	/* the one it replaced */
+	atomic_uint refused, logged;
+	atomic_int off;
 };
 
 #define MB_PA_LOCKS 64		/* inode PA hash buckets share this many locks */
@@ -296,6 +317,10 @@ struct rr_alloc {
 	int (*commit)(void *arg);
 	void *commit_arg;
 
+	/* Metadata blocks, sorted and merged, for the answer checks (mb_guard.c); set at attach. */
+	struct rr_extent *meta;
+	size_t nmeta;
+
 	/* Set while the engine itself calls libext2fs's stats functions (fs lock held). */
 	int in_engine;
 	struct mb_stats stats;
@@ -326,5 +351,18 @@ int mb_flex_meta_group(const struct rr_alloc *a, uint32_t g);
 uint64_t mb_block_of(const struct rr_alloc *a, const struct mb_ext *ex);
 /* This CPU's slot among a->nlg (locality groups, per-CPU cursors). */
 uint32_t mb_cpu_slot(const struct rr_alloc *a);
+void mb_log(int prio, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/*
+ * mb_guard.c: the engine checks every answer of a policy before it uses
+ * it.  Attach collects the metadata extents (fs lock); where says whether
+ * b_ex lies inside one group and outside metadata (-1) or why not; refuse
+ * counts and logs a refused answer of run's policy and switches the policy
+ * off after MB_GUARD_MAX_REFUSED of them.
+ */
+#define MB_GUARD_MAX_REFUSED 64
+int mb_guard_attach(struct rr_alloc *a);
+int mb_guard_where(const struct rr_alloc *a, const struct mb_ext *ex);
+void mb_guard_refuse(struct rr_alloc *a, struct mb_running *run, enum mb_refusal why);
 
 #endif

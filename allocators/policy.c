@@ -24,7 +24,7 @@ const struct mb_policy *mb_policy_find(const char *name)
 	for (i = 0; i < NPOLICIES; i++)
 		if (!strcmp(mb_policies[i]->name, name))
 			return mb_policies[i];
-	return NULL;
+	return mb_plugin_find(name);
 }
 
 void mb_policy_names(char *buf, size_t len)

@@ -41,76 +41,81 @@
  *  - Metadata (directory, extent-tree and xattr blocks) is placed by the
  *    regular policy, next to its goal: scattering it would cost every
  *    lookup a seek and spreads nothing worth spreading.
+ *
+ * It uses only the public policy API (include/rrfuse/policy.h).
  */
 #include "policy.h"
+#include "rrfuse/policy.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 
 struct rr_cursors {
-	uint64_t span;			/* blocks from first_data_block to the end */
+	uint64_t first;			/* the first data block */
+	uint64_t span;			/* blocks from first to the end */
 	_Atomic uint64_t cur[];		/* per CPU slot, a block address */
 };
 
-static int rralloc_init(struct rr_alloc *a)
+static int rralloc_init(struct rrp_engine *e, void **priv)
 {
-	struct rr_cursors *c = calloc(1, sizeof(*c) + a->nlg * sizeof(c->cur[0]));
-	uint32_t i;
+	uint32_t i, n = rrp_cpus(e);
+	struct rr_cursors *c = calloc(1, sizeof(*c) + n * sizeof(c->cur[0]));
 
 	if (!c)
 		return -1;
-	c->span = ext2fs_blocks_count(a->fs->super) - a->first_data_block;
-	for (i = 0; i < a->nlg; i++)
-		atomic_init(&c->cur[i], a->first_data_block +
-			    (uint64_t)((uint64_t)i * a->ngroups / a->nlg) * a->bpg);
-	a->policy_priv = c;
+	c->first = rrp_first_data_block(e);
+	c->span = rrp_blocks(e) - c->first;
+	for (i = 0; i < n; i++)
+		atomic_init(&c->cur[i], c->first +
+			    (uint64_t)((uint64_t)i * rrp_groups(e) / n) * rrp_blocks_per_group(e));
+	*priv = c;
 	return 0;
 }
 
-static void rralloc_fini(struct rr_alloc *a)
+static void rralloc_fini(struct rrp_engine *e, void *priv)
 {
-	free(a->policy_priv);
-	a->policy_priv = NULL;
+	(void)e;
+	free(priv);
 }
 
 /* Move the cursor to end if end is ahead of it (less than half the device forward). */
-static void advance(struct rr_cursors *c, uint32_t slot, uint64_t first, uint64_t end)
+static void advance(struct rr_cursors *c, uint32_t slot, uint64_t end)
 {
 	uint64_t cur = atomic_load(&c->cur[slot]);
-	uint64_t ahead = (end - first + c->span - (cur - first)) % c->span;
+	uint64_t ahead = (end - c->first + c->span - (cur - c->first)) % c->span;
 
 	if (ahead && ahead <= c->span / 2)
-		atomic_store(&c->cur[slot], first + (end - first) % c->span);
+		atomic_store(&c->cur[slot], c->first + (end - c->first) % c->span);
 }
 
-static void rralloc_choose(struct rr_alloc *a, struct mb_ac *ac)
+static int rralloc_choose(struct rrp_engine *e, void *priv, const struct rrp_request *r,
+			  struct rrp_extent *out)
 {
-	struct rr_cursors *c = ac->priv;
-	uint32_t slot = mb_cpu_slot(a);
+	struct rr_cursors *c = priv;
 	uint64_t from;
 
-	if (!(ac->hints & MB_HINT_DATA)) {
-		mb_policy_regular.choose(a, ac);
-		return;
-	}
-	ac->cr = CR_ANY_FREE;
-	if (ac->hints & MB_HINT_FILE_GOAL) {
-		if ((ac->hints & MB_HINT_TRY_GOAL) && mb_find_by_goal(a, ac))
+	if (!(r->flags & RRP_DATA))
+		return rrp_regular(e, r, out);
+	if (r->flags & RRP_FILE_GOAL) {
+		if ((r->flags & RRP_HAS_GOAL) && !rrp_at_goal(e, r->goal, r->goal_len, out))
 			goto found;
-		from = mb_block_of(a, &ac->g_ex);
+		from = r->goal;
 	} else {
-		from = atomic_load(&c->cur[slot]);
+		from = atomic_load(&c->cur[r->cpu]);
 	}
-	if (!mb_first_fit(a, ac, from, ac->g_ex.len) && !mb_first_fit(a, ac, from, 1))
-		return;
+	if (rrp_first_fit(e, from, r->goal_len, r->goal_len, out) && rrp_first_fit(e, from, 1, r->goal_len, out))
+		return -1;
 found:
-	if (MB_T(a, mb_stats))
-		atomic_fetch_add(&a->stats.cr_hits[ac->cr], 1);
-	advance(c, slot, a->first_data_block, mb_block_of(a, &ac->b_ex) + ac->b_ex.len);
+	advance(c, r->cpu, out->start + out->len);
+	return 0;
 }
 
-const struct mb_policy mb_policy_rralloc = {
+static const struct rrp_policy rrp_policy_rralloc = {
+	.abi = RRP_ABI_VERSION,
 	.name = "rralloc",
 	.init = rralloc_init,
 	.fini = rralloc_fini,
 	.choose = rralloc_choose,
 };
+
+MB_PUBLIC_POLICY(rralloc);

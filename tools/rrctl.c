@@ -268,6 +268,7 @@ static int stats(int fd)
 	if (ctl(fd, RRCTL_STATS, &s, "statistics"))
 		return -1;
 	mb_format_stats(stdout, &s);
+	mb_format_refusals(stdout, &s);
 	printf("metadata cache: %llu blocks (%llu dirty) of %llu; %llu hits, %llu misses; "
 	       "%llu write-back writes; %llu dropped for file data, %llu forgotten when freed\n",
 	       (unsigned long long)s.cache_blocks, (unsigned long long)s.cache_dirty,

@@ -83,16 +83,26 @@ struct rr_alloc_req {
  * rrfuse/tunables.def (mb_tunables.c validates every one of them).  check is the debug option:
  * verify after every operation that the buddy equals bitmap + preallocations.
  */
+#define RR_POLICY_NAME_LEN 64	/* rrctl's value field */
+
 struct rr_alloc_tunables {
 #define MB_TUNABLE(name, kind, max, def) unsigned int name;
 #include "rrfuse/tunables.def"
 #undef MB_TUNABLE
 	unsigned int check;			/* 0 */
 	unsigned int discard;			/* -o discard: freed blocks are discarded at once */
-	char policy[16];			/* "regular" */
+	char policy[RR_POLICY_NAME_LEN];	/* "regular", a policy's NAME (NAME.so) or a path to one */
+	char policy_dir[256];			/* -o policy_dir: where NAME.so is looked for; "" = installed */
+	unsigned int shared;			/* -o allow_other: load policies only from root's files */
 };
 
 void rr_alloc_tunables_default(struct rr_alloc_tunables *t);
+/*
+ * Load the policy t names if it is no built-in (a NAME.so, a path: see
+ * allocators/mb_plugin.c), so that a mount refuses it before opening the
+ * image; 0, or -EINVAL with the reason in err.  An empty name is the default.
+ */
+int rr_alloc_policy_check(const struct rr_alloc_tunables *t, char *err, size_t errlen);
 /*
  * Set one tunable by its name (the kernel's sysfs name, or the alias
  * max_prealloc_kb, or allocator) from text.  Returns 0, or -ENOENT for an

@@ -76,6 +76,8 @@ struct rrctl_groups {
 /* The criteria, in the kernel's order (CR_POWER2_ALIGNED .. CR_ANY_FREE). */
 #define RRCTL_NCR	5
 
+#define RRCTL_NREFUSE	4
+
 /* RRCTL_STATS: the allocator's counters (kernel: ext4_seq_mb_stats_show). */
 /* Opcodes counted one by one: every FUSE opcode below CUSE_INIT is smaller. */
 #define RRCTL_NREQ 64
@@ -107,6 +109,13 @@ struct rrctl_stats {
 	 * ring entries registered and serving now, entries started, the kernel's queues. */
 	uint64_t ring_requests;
 	uint32_t ring_entries, ring_wanted, ring_queues, reserved2;
+	/*
+	 * A policy's answers the engine refused (allocators/mb_guard.c), by kind:
+	 * outside the device, in metadata, in use, reserved; and the policies
+	 * switched off for refusing too many.  Counted whatever mb_stats says.
+	 */
+	uint64_t refused[RRCTL_NREFUSE];
+	uint64_t policies_off;
 };
 
 /*

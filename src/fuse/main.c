@@ -48,6 +48,9 @@ static int alloc_opt(struct rr_cmdline *c, const char *arg)
 	const char *eq;
 	size_t n;
 
+	/* Other users reach the mount: policies load only from root's files (libfuse takes it too). */
+	if (!strcmp(arg, "allow_other"))
+		c->alloc.shared = 1;
 	if (!strcmp(arg, "rralloc"))
 		arg = "allocator=rralloc";
 	eq = strchr(arg, '=');
@@ -132,6 +135,8 @@ static int check_mountpoint(const char *mnt)
  */
 static int options_to_opts(const struct rr_cmdline *c, const struct fuse_cmdline_opts *fo, struct rr_opts *opts)
 {
+	char err[256];
+
 	if (c->commit && (rr_parse_u32(c->commit, &opts->commit_secs) || opts->commit_secs > 86400)) {
 		fprintf(stderr, "rrfuse: bad value for commit=: '%s' (seconds, 0..86400: decimal, 0x hex, 0 octal)\n",
 			c->commit);
@@ -169,6 +174,11 @@ static int options_to_opts(const struct rr_cmdline *c, const struct fuse_cmdline
 	}
 	if (c->alloc_err[0]) {
 		fprintf(stderr, "rrfuse: %s\n", c->alloc_err);
+		return -1;
+	}
+	/* A policy that is no built-in loads now (once all options, policy_dir too, are known). */
+	if (rr_alloc_policy_check(&c->alloc, err, sizeof(err))) {
+		fprintf(stderr, "rrfuse: %s\n", err);
 		return -1;
 	}
 	opts->alloc = c->alloc;

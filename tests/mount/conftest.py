@@ -704,6 +704,10 @@ def check_mount(m, kernel_cross_check=True, sound=True):
         log = m.daemon_log
         said = [l for l in log.splitlines() if any(w in l for w in CORRUPTION_SIGNS)]
         assert not said, "the daemon reported corruption of a sound image:\n" + "\n".join(said)
+        # The engine checks every policy answer (allocators/mb_guard.c): only the fault-injection
+        # policy may ever have one refused.
+        said = [l for l in log.splitlines() if "' chose blocks " in l and "allocator 'liar'" not in l]
+        assert not said, "the allocator refused a policy's answer:\n" + "\n".join(said)
     rc, out = fsck(m.image)
     assert rc == 0, "e2fsck -fn %s returned %d:\n%s" % (m.image, rc, out)
     if do_kernel:

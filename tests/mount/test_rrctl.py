@@ -40,8 +40,9 @@ TUNABLE = struct.Struct("<IIiI32s64s128s")
 GROUP_FIELDS = 4 + 18
 GROUPS_HDR = struct.Struct("<IIiIIIII")
 GROUPS_SIZE = GROUPS_HDR.size + 128 * GROUP_FIELDS * 4
-# counters, the cache's, the device's, requests, forgotten; the ring's (a count, four uint32)
-STATS_SIZE = 4 * 4 + 8 * (14 + 4 * 5 + 7 + 6 + 1 + 64 + 1) + 8 + 4 * 4
+# counters, the cache's, the device's, requests, forgotten; the ring's (a count, four uint32);
+# the policy checks' (refused by kind, policies switched off)
+STATS_SIZE = 4 * 4 + 8 * (14 + 4 * 5 + 7 + 6 + 1 + 64 + 1) + 8 + 4 * 4 + 8 * (4 + 1)
 
 
 def iowr(nr, size):
@@ -70,12 +71,16 @@ def values(mnt):
 
 
 def test_list_get_set_every_tunable(fs):
-    assert values(fs.mnt) == DEFAULTS
+    v = values(fs.mnt)
+    # Where allocator=NAME finds NAME.so: the installed policy directory (doc/policies.md).
+    assert v.pop("policy_dir").endswith("/rrfuse/policies"), v
+    assert v == DEFAULTS
     # Each tunable: set, printed back, read back, listed.
     new = {"mb_stream_req": "32", "mb_group_prealloc": "1024", "mb_min_to_scan": "5",
            "mb_max_to_scan": "100", "mb_order2_req": "3", "mb_max_linear_groups": "4",
            "mb_optimize_scan": "1", "mb_best_avail_max_trim_order": "2", "mb_stats": "1",
-           "mb_max_prealloc_kb": "32768", "rr_writeback_whole": "0", "allocator": "regular"}
+           "mb_max_prealloc_kb": "32768", "rr_writeback_whole": "0", "allocator": "regular",
+           "policy_dir": "/tmp"}
     for k, v in new.items():
         assert rrctl(fs.mnt, "%s=%s" % (k, v)).stdout == "%s = %s\n" % (k, v)
         assert rrctl(fs.mnt, k).stdout == "%s = %s\n" % (k, v)
@@ -110,6 +115,8 @@ def test_max_prealloc_kb_clamps_and_rounds(fs, given, kept):
     ("mb_group_prealloc=32769", ["at most 32768", "blocks per group"]),
     ("allocator=nope", ["unknown allocator", "nope", "regular"]),
     ("allocator=", ["unknown allocator"]),
+    ("allocator=no.pe", ["unknown allocator"]),
+    ("policy_dir=relative", ["bad value", "absolute"]),
     ("mb_nope=1", ["unknown", "mb_nope"]),
     ("check=1", ["unknown"]),                               # a mount option, not live
     ("mb_nope", ["unknown", "mb_nope"]),
@@ -269,15 +276,17 @@ STATS_OFF = ("mballoc:\n\tmb stats collection turned off.\n"
 
 
 def allocator_stats(mnt):
-    """rrctl -s without its last four lines, the metadata cache's, the
-    device's (test_cache.py reads those), the requests' (test_killpriv.py)
-    and their transport's (test_uring.py)."""
+    """rrctl -s without its last five lines, the policy checks'
+    (test_policy_guard.py), the metadata cache's, the device's (test_cache.py
+    reads those), the requests' (test_killpriv.py) and their transport's
+    (test_uring.py)."""
     out = rrctl(mnt, "-s").stdout
+    assert out.splitlines()[-5].startswith("policy answers refused: "), out
     assert out.splitlines()[-4].startswith("metadata cache: "), out
     assert out.splitlines()[-3].startswith("device: "), out
     assert out.splitlines()[-2].startswith("requests: "), out
     assert out.splitlines()[-1].startswith("transport: "), out
-    return out[:out.rindex("metadata cache: ")]
+    return out[:out.rindex("policy answers refused: ")]
 STATS_KEYS = (["reqs", "success", "groups_scanned"] +
               [k for cr in ("p2_aligned", "goal_fast", "best_avail", "goal_slow", "any_free")
                for k in ("cr_%s_stats" % cr, "hits", "groups_considered", "extents_scanned",
@@ -334,9 +343,10 @@ def test_stats_off_and_on(fs):
 def policies(mnt):
     """The registered policies, as the refusal of an unknown one lists them."""
     r = rrctl(mnt, "allocator=?", check=False)
-    m = re.search(r"\(known: ([a-z0-9_, ]+)\)", r.stderr)
+    m = re.search(r"\(known: ([a-z0-9_, ]+)[;)]", r.stderr)
     assert r.returncode == 1 and m, r.stderr
-    return m.group(1).split(", ")
+    # liar is fault injection: the engine switches it off (test_policy_guard.py).
+    return [n for n in m.group(1).split(", ") if n != "liar"]
 
 
 @pytest.mark.image(size="1G")

@@ -69,7 +69,12 @@ START_TEST(set_validates_once_and_applies)
 		get(rr_alloc_tunable_name(i));
 		ck_assert_str_ne(rr_alloc_tunable_name(i), "max_prealloc_kb");
 	}
-	ck_assert_uint_eq(i, 12);
+	ck_assert_uint_eq(i, 13);
+	/* A name that is no built-in and no NAME.so in policy_dir: refused, the policy unchanged. */
+	ck_assert_int_eq(rr_alloc_set(a, "policy_dir", "/nonexistent", err, sizeof(err)), 0);
+	ck_assert_int_eq(rr_alloc_set(a, "allocator", "nope", err, sizeof(err)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(err, "unknown allocator 'nope'"));
+	ck_assert_str_eq(get("allocator"), "regular");
 }
 END_TEST
 
@@ -130,8 +135,9 @@ END_TEST
 /* A policy that records its calls, to see the switch's order. */
 static int calls, fail_init;
 static char priv_a, priv_b;
-static int init_a(struct rr_alloc *x)
+static int init_a(struct rr_alloc *x, const struct mb_policy *self)
 {
+	(void)self;
 	ck_assert_ptr_null(x->policy_priv);	/* the running policy's priv is not handed over */
 	calls = calls * 10 + 1;
 	if (fail_init)
@@ -139,25 +145,28 @@ static int init_a(struct rr_alloc *x)
 	x->policy_priv = &priv_a;
 	return 0;
 }
-static void fini_a(struct rr_alloc *x)
+static void fini_a(struct rr_alloc *x, const struct mb_policy *self)
 {
+	(void)self;
 	ck_assert_ptr_eq(x->policy_priv, &priv_a);
 	calls = calls * 10 + 2;
 	x->policy_priv = NULL;
 }
-static int init_b(struct rr_alloc *x)
+static int init_b(struct rr_alloc *x, const struct mb_policy *self)
 {
+	(void)self;
 	calls = calls * 10 + 3;
 	x->policy_priv = &priv_b;
 	return 0;
 }
-static void fini_b(struct rr_alloc *x)
+static void fini_b(struct rr_alloc *x, const struct mb_policy *self)
 {
+	(void)self;
 	ck_assert_ptr_eq(x->policy_priv, &priv_b);
 	calls = calls * 10 + 4;
 }
-static const struct mb_policy pol_a = { "a", init_a, fini_a, NULL };
-static const struct mb_policy pol_b = { "b", init_b, fini_b, NULL };
+static const struct mb_policy pol_a = { .name = "a", .init = init_a, .fini = fini_a };
+static const struct mb_policy pol_b = { .name = "b", .init = init_b, .fini = fini_b };
 
 START_TEST(policy_switch_starts_new_keeps_old_until_detach)
 {
@@ -177,7 +186,7 @@ START_TEST(policy_switch_starts_new_keeps_old_until_detach)
 	ck_assert_int_eq(calls, 13);
 	/* A start that fails leaves the running policy and its priv alone. */
 	fail_init = 1;
-	ck_assert_int_eq(mb_policy_switch(a, &pol_a, err, sizeof(err)), -ENOMEM);
+	ck_assert_int_eq(mb_policy_switch(a, &pol_a, err, sizeof(err)), -EINVAL);
 	fail_init = 0;
 	ck_assert_ptr_nonnull(strstr(err, "'a'"));
 	ck_assert_ptr_eq(a->policy, &pol_b);

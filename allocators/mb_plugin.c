@@ -1,0 +1,453 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The public policy API (include/rrfuse/policy.h) on the engine: the
+ * wrapper that runs an rrp_policy as an mb_policy, the services a policy
+ * calls, and the loading of policies built outside rrfuse.
+ *
+ * The engine handle is the allocator itself, opaque to policies.  A
+ * request is translated for the policy and its answer back into ac->b_ex,
+ * which the engine then checks (mb_guard.c) as any policy's.  Services
+ * that find free space work on a scratch copy of the request (the
+ * policy's search leaves the request alone) and record in it the group
+ * generation they saw, so that an answer they found and another request
+ * took meanwhile is a lost race, searched again, not a refusal.
+ *
+ * Loading: a name with a '/' is that file; another name that is no
+ * built-in is NAME.so in the policy directory (-o policy_dir=DIR, else
+ * the installed one, RRFUSE_POLICY_DIR).  It must export RRP_SYMBOL with
+ * this header's ABI version, a name and a choose.  When other users can
+ * reach the mount (rrfuse runs as root, or -o allow_other), the file must
+ * be owned by root and writable by nobody else, as the kernel asks of its
+ * modules.  A loaded policy stays loaded until the
+ * daemon exits: a request may still run in it after a switch away.
+ */
+#include "mballoc.h"
+#include "policy.h"
+#include "rrfuse/policy.h"
+#include "rrfuse/rrctl.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#define ENGINE(e) ((struct rr_alloc *)(e))
+#define HANDLE(a) ((struct rrp_engine *)(a))
+
+/* The request the policy running in this thread is answering. */
+static _Thread_local struct mb_ac *tl_ac;
+static _Thread_local int tl_regular;
+
+/* ---- the wrapper ---- */
+
+struct plug_state {
+	const struct rrp_policy *pub;
+	void *priv;
+};
+
+int mb_plugin_init(struct rr_alloc *a, const struct mb_policy *self)
+{
+	struct plug_state *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return -1;
+	s->pub = self->pub;
+	if (s->pub->init && s->pub->init(HANDLE(a), &s->priv)) {
+		free(s);
+		return -1;
+	}
+	a->policy_priv = s;
+	return 0;
+}
+
+void mb_plugin_fini(struct rr_alloc *a, const struct mb_policy *self)
+{
+	struct plug_state *s = a->policy_priv;
+
+	(void)self;
+	if (s && s->pub->fini)
+		s->pub->fini(HANDLE(a), s->priv);
+	free(s);
+	a->policy_priv = NULL;
+}
+
+static uint32_t request_flags(const struct mb_ac *ac)
+{
+	uint32_t f = 0;
+
+	if (ac->hints & MB_HINT_DATA)
+		f |= RRP_DATA;
+	if (ac->hints & MB_HINT_STREAM)
+		f |= RRP_STREAM;
+	if (ac->hints & MB_HINT_GROUP_ALLOC)
+		f |= RRP_SMALL;
+	if (ac->hints & MB_HINT_TRY_GOAL)
+		f |= RRP_HAS_GOAL;
+	if (ac->hints & MB_HINT_FILE_GOAL)
+		f |= RRP_FILE_GOAL;
+	if (ac->hints & MB_HINT_FIRST_WINDOW)
+		f |= RRP_FIRST_WINDOW;
+	return f;
+}
+
+/* An extent in blocks as the engine's (group, start); outside the device it stays outside. */
+static void to_ext(const struct rr_alloc *a, const struct rrp_extent *x, struct mb_ext *ex)
+{
+	if (x->start < a->first_data_block || x->start >= ext2fs_blocks_count(a->fs->super)) {
+		ex->group = UINT32_MAX;
+		ex->start = 0;
+	} else {
+		ex->group = (uint32_t)((x->start - a->first_data_block) / a->bpg);
+		ex->start = (uint32_t)((x->start - a->first_data_block) % a->bpg);
+	}
+	ex->len = x->len;
+}
+
+void mb_plugin_choose(struct rr_alloc *a, struct mb_ac *ac)
+{
+	struct plug_state *s = ac->priv;
+	struct rrp_request r = {
+		.ino = ac->ino,
+		.flags = request_flags(ac),
+		.lblk = ac->o_ex.logical,
+		.len = ac->o_ex.len,
+		.goal_len = ac->g_ex.len,
+		.goal = mb_block_of(a, &ac->g_ex),
+		.cpu = mb_cpu_slot(a),
+	};
+	struct rrp_extent out = { 0, 0 };
+	int ret;
+
+	ac->cr = CR_ANY_FREE;
+	tl_ac = ac;
+	tl_regular = 0;
+	ret = s->pub->choose(HANDLE(a), s->priv, &r, &out);
+	tl_ac = NULL;
+	if (ret || !out.len) {
+		ac->b_ex.len = 0;
+		return;
+	}
+	to_ext(a, &out, &ac->b_ex);
+	ac->status = AC_FOUND;
+	/* regular counted its own hit. */
+	if (!tl_regular && MB_T(a, mb_stats))
+		atomic_fetch_add(&a->stats.cr_hits[CR_ANY_FREE], 1);
+}
+
+/* ---- services ---- */
+
+uint32_t rrp_groups(const struct rrp_engine *e)
+{
+	return ENGINE(e)->ngroups;
+}
+
+uint32_t rrp_blocks_per_group(const struct rrp_engine *e)
+{
+	return ENGINE(e)->bpg;
+}
+
+uint64_t rrp_first_data_block(const struct rrp_engine *e)
+{
+	return ENGINE(e)->first_data_block;
+}
+
+uint64_t rrp_blocks(const struct rrp_engine *e)
+{
+	return ext2fs_blocks_count(ENGINE(e)->fs->super);
+}
+
+uint32_t rrp_cpus(const struct rrp_engine *e)
+{
+	return ENGINE(e)->nlg;
+}
+
+uint32_t rrp_group_free(const struct rrp_engine *e, uint32_t g)
+{
+	return g < ENGINE(e)->ngroups ? atomic_load(&ENGINE(e)->groups[g].free) : 0;
+}
+
+uint32_t rrp_group_fragments(const struct rrp_engine *e, uint32_t g)
+{
+	return g < ENGINE(e)->ngroups ? atomic_load(&ENGINE(e)->groups[g].fragments) : 0;
+}
+
+/* A search on a copy of the running request; what it found is kept in out and, as seen, in the request. */
+static struct mb_ac scratch(uint32_t max)
+{
+	struct mb_ac s;
+
+	if (tl_ac) {
+		s = *tl_ac;
+	} else {
+		memset(&s, 0, sizeof(s));
+		s.seen_group = UINT32_MAX;
+	}
+	s.g_ex.len = max ? max : 1;
+	s.b_ex.len = 0;
+	s.status = AC_CONTINUE;
+	s.cr = CR_ANY_FREE;
+	return s;
+}
+
+static int found(struct rr_alloc *a, const struct mb_ac *s, struct rrp_extent *out)
+{
+	if (tl_ac) {
+		tl_ac->seen_group = s->seen_group;
+		tl_ac->seen_gen = s->seen_gen;
+		tl_ac->groups_scanned = s->groups_scanned;
+		tl_ac->found = s->found;
+	}
+	out->start = mb_block_of(a, &s->b_ex);
+	out->len = s->b_ex.len;
+	return 0;
+}
+
+int rrp_first_fit(struct rrp_engine *e, uint64_t from, uint32_t min, uint32_t max, struct rrp_extent *out)
+{
+	struct rr_alloc *a = ENGINE(e);
+	struct mb_ac s = scratch(max);
+
+	if (!min || !mb_first_fit(a, &s, from, min))
+		return -1;
+	return found(a, &s, out);
+}
+
+int rrp_at_goal(struct rrp_engine *e, uint64_t goal, uint32_t len, struct rrp_extent *out)
+{
+	struct rr_alloc *a = ENGINE(e);
+	struct mb_ac s = scratch(len);
+
+	if (!len || goal < a->first_data_block || goal >= ext2fs_blocks_count(a->fs->super))
+		return -1;
+	s.g_ex.group = (uint32_t)((goal - a->first_data_block) / a->bpg);
+	s.g_ex.start = (uint32_t)((goal - a->first_data_block) % a->bpg);
+	if (s.g_ex.start + len > a->bpg || !mb_find_by_goal(a, &s))
+		return -1;
+	return found(a, &s, out);
+}
+
+int rrp_find_in_group(struct rrp_engine *e, uint32_t g, uint64_t from, uint32_t min, uint32_t max,
+		      struct rrp_extent *out)
+{
+	struct rr_alloc *a = ENGINE(e);
+	uint64_t first = a->first_data_block + (uint64_t)g * a->bpg;
+	struct mb_group *grp;
+	uint32_t pos, s, l;
+	int ret = -1;
+
+	if (g >= a->ngroups || !min || max < min || atomic_load(&a->groups[g].free) < min || mb_load_group(a, g))
+		return -1;
+	grp = &a->groups[g];
+	pos = from > first ? (uint32_t)(from - first) : 0;
+	pthread_mutex_lock(&grp->lock);
+	for (; pos < grp->buddy->nblocks && !mb_buddy_next_run(grp->buddy, pos, &s, &l); pos = s + l) {
+		if (l < min)
+			continue;
+		out->start = first + s;
+		out->len = l < max ? l : max;
+		/* Seen free now: taken by another request before the engine uses it, it is a lost race. */
+		if (tl_ac) {
+			tl_ac->seen_group = g;
+			tl_ac->seen_gen = grp->gen;
+		}
+		ret = 0;
+		break;
+	}
+	pthread_mutex_unlock(&grp->lock);
+	return ret;
+}
+
+int rrp_list_find(struct rrp_engine *e, int list, int order, uint32_t from, uint32_t end)
+{
+	struct rr_alloc *a = ENGINE(e);
+
+	if (list < 0 || list >= MB_NLISTS || order < 0 || order > (int)a->max_order || from >= end)
+		return -1;
+	return mb_list_find(a, list, order, from, end > a->ngroups ? a->ngroups : end);
+}
+
+int rrp_regular(struct rrp_engine *e, const struct rrp_request *r, struct rrp_extent *out)
+{
+	struct rr_alloc *a = ENGINE(e);
+	struct mb_ac *ac = tl_ac;
+
+	(void)r;
+	if (!ac)
+		return -1;
+	/* The request as the engine made it: regular searches in it and records what it saw. */
+	ac->status = AC_CONTINUE;
+	ac->b_ex.len = 0;
+	mb_policy_regular.choose(a, ac);
+	if (!ac->b_ex.len)
+		return -1;
+	tl_regular = 1;
+	out->start = mb_block_of(a, &ac->b_ex);
+	out->len = ac->b_ex.len;
+	return 0;
+}
+
+int rrp_tunable(const struct rrp_engine *e, const char *name, unsigned int *value)
+{
+	struct rr_alloc *a = ENGINE(e);
+	char buf[RRCTL_VALUE_LEN], err[128];
+
+	if (rr_alloc_tunable_get(&a->t, name, buf, sizeof(buf), err, sizeof(err)))
+		return -1;
+	return sscanf(buf, "%u", value) == 1 ? 0 : -1;
+}
+
+void rrp_log(const struct rrp_engine *e, int prio, const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+
+	(void)e;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	mb_log(prio, "policy: %s", line);
+}
+
+/* ---- loading ---- */
+
+struct plugin {
+	struct mb_policy mb;
+	char path[PATH_MAX];
+	char name[RR_POLICY_NAME_LEN];
+	struct plugin *next;
+};
+
+static pthread_mutex_t plugins_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct plugin *plugins;
+
+int rr_alloc_policy_check(const struct rr_alloc_tunables *t, char *err, size_t errlen)
+{
+	return !t->policy[0] || mb_policy_get(t->policy, t, err, errlen) ? 0 : -EINVAL;
+}
+
+const struct mb_policy *mb_plugin_find(const char *name)
+{
+	const struct plugin *p;
+
+	pthread_mutex_lock(&plugins_lock);
+	for (p = plugins; p && strcmp(p->name, name); p = p->next)
+		;
+	pthread_mutex_unlock(&plugins_lock);
+	return p ? &p->mb : NULL;
+}
+
+int mb_policy_name_ok(const char *name)
+{
+	size_t i, n = strlen(name);
+
+	if (!n || n >= RR_POLICY_NAME_LEN)
+		return 0;
+	if (name[0] == '/')
+		return 1;
+	for (i = 0; i < n; i++)
+		if (!((name[i] >= 'a' && name[i] <= 'z') || (name[i] >= 'A' && name[i] <= 'Z') ||
+		      (name[i] >= '0' && name[i] <= '9') || name[i] == '_' || name[i] == '-'))
+			return 0;
+	return 1;
+}
+
+/* As the kernel loads modules: for a shared mount, only root's files that nobody else can change. */
+static int trusted(const char *path, int shared, char *err, size_t errlen)
+{
+	struct stat st;
+
+	if (stat(path, &st)) {
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		return 0;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "%s: not a regular file", path);
+		return 0;
+	}
+	if ((shared || geteuid() == 0) && (st.st_uid != 0 || (st.st_mode & (S_IWGRP | S_IWOTH)))) {
+		snprintf(err, errlen, "not loaded, the mount is shared and the file is %s: %s",
+			 st.st_uid ? "not owned by root" : "writable by group or others", path);
+		return 0;
+	}
+	return 1;
+}
+
+const struct mb_policy *mb_policy_get(const char *name, const struct rr_alloc_tunables *t, char *err,
+				      size_t errlen)
+{
+	const char *dir = t->policy_dir;
+	const struct mb_policy *found_p = mb_policy_find(name);
+	const struct rrp_policy *pub;
+	struct plugin *p;
+	void *dl;
+
+	if (found_p)
+		return found_p;
+	if (!mb_policy_name_ok(name)) {
+		char names[128];
+
+		mb_policy_names(names, sizeof(names));
+		snprintf(err, errlen, "unknown allocator '%s' (known: %s; or NAME.so in the policy directory)",
+			 name, names);
+		return NULL;
+	}
+	p = calloc(1, sizeof(*p));
+	if (!p) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	if (strchr(name, '/'))
+		snprintf(p->path, sizeof(p->path), "%s", name);
+	else
+		snprintf(p->path, sizeof(p->path), "%s/%s.so", dir && dir[0] ? dir : RRFUSE_POLICY_DIR, name);
+	if (!trusted(p->path, t->shared, err, errlen)) {
+		if (!strchr(name, '/')) {
+			char names[128], why[RRCTL_ERR_LEN];
+
+			snprintf(why, sizeof(why), "%s", err);
+			mb_policy_names(names, sizeof(names));
+			snprintf(err, errlen, "unknown allocator '%s' (known: %s; %s)", name, names, why);
+		}
+		free(p);
+		return NULL;
+	}
+	dl = dlopen(p->path, RTLD_NOW | RTLD_LOCAL);
+	if (!dl) {
+		snprintf(err, errlen, "allocator '%s': %s", name, dlerror());
+		free(p);
+		return NULL;
+	}
+	pub = dlsym(dl, RRP_SYMBOL);
+	if (!pub || pub->abi != RRP_ABI_VERSION || !pub->name || !pub->choose) {
+		if (!pub)
+			snprintf(err, errlen, "allocator '%s' exports no %s", name, RRP_SYMBOL);
+		else if (pub->abi != RRP_ABI_VERSION)
+			snprintf(err, errlen, "allocator '%s' built for policy ABI %u, rrfuse has %u", name,
+				 pub->abi, RRP_ABI_VERSION);
+		else
+			snprintf(err, errlen, "allocator '%s' has no %s in its %s", name,
+				 pub->name ? "choose" : "name", RRP_SYMBOL);
+		dlclose(dl);
+		free(p);
+		return NULL;
+	}
+	snprintf(p->name, sizeof(p->name), "%s", name);
+	p->mb.name = p->name;
+	p->mb.pub = pub;
+	p->mb.init = mb_plugin_init;
+	p->mb.fini = mb_plugin_fini;
+	p->mb.choose = mb_plugin_choose;
+	pthread_mutex_lock(&plugins_lock);
+	p->next = plugins;
+	plugins = p;
+	pthread_mutex_unlock(&plugins_lock);
+	mb_log(LOG_INFO, "mballoc: allocator '%s' loaded from %s", pub->name, p->path);
+	return &p->mb;
+}
