@@ -10,8 +10,9 @@
  * made tunable by the seed patch) starting on an 8 MiB boundary, whatever
  * the request's length (with 4 KiB blocks NRL_CHECK_SIZE's "max <= chunk"
  * always holds there).  It is then cut to the request's group-sized span and
- * to the file's allocated neighbours, and may end before the request does.  Overlap with the inode's live preallocations is cut by the
- * engine (it holds them).  Pure: unit-tested as a table.
+ * to the file's allocated neighbours, and may end before the request does.
+ * Overlap with the inode's live preallocations is cut by the engine (it
+ * holds them).  Pure: unit-tested as a table.
  */
 #include "mballoc.h"
 
