@@ -39,6 +39,13 @@
 /* Say what is being waited for once the wait has taken this long. */
 #define CLIENT_NOTE_MS 1000
 #define CLIENT_POLL_MS 10
+/*
+ * A path walk that crosses the mount holds it for as long as its request
+ * takes (a mount of the same image starting beside this unmount resolves
+ * the mount point through the old daemon, which may be busy writing): such
+ * an EBUSY passes, so umount is tried again for this long before it counts.
+ */
+#define CLIENT_BUSY_MS 2000
 /* umount(8)'s exit status for a failed unmount. */
 #define CLIENT_EXIT_UMOUNT_FAILED 32
 
@@ -119,6 +126,20 @@ static int wait_for_daemon(int fd, const struct rr_mnt *m)
 	return 0;
 }
 
+/* umount2 as root, tried again while the mount is only momentarily busy: 0 or -errno. */
+static int umount_root(const char *target, int flags)
+{
+	struct timespec t0;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (umount2(target, flags)) {
+		if (errno != EBUSY || ms_since(&t0) >= CLIENT_BUSY_MS)
+			return -errno;
+		usleep(CLIENT_POLL_MS * 1000);
+	}
+	return 0;
+}
+
 int rr_client_unmount(int argc, char *argv[])
 {
 	int helper = rr_client_is_umount_helper(argv[0]), lazy = 0, force = 0, fd, ret, i;
@@ -164,7 +185,7 @@ int rr_client_unmount(int argc, char *argv[])
 		fprintf(stderr, "rrfuse: %s: %s: cannot wait for the daemon to finish writing it\n",
 			m.source, strerror(errno));
 	if (geteuid() == 0)
-		ret = umount2(m.target, (lazy ? MNT_DETACH : 0) | (force ? MNT_FORCE : 0)) ? -errno : 0;
+		ret = umount_root(m.target, (lazy ? MNT_DETACH : 0) | (force ? MNT_FORCE : 0));
 	else
 		ret = run_fusermount(m.target, lazy);
 	if (ret) {
