@@ -118,7 +118,7 @@ struct rr_inode *rr_iget(struct rr_fs *rfs, ext2_ino_t ino)
 		return NULL;
 	nri->ino = ino;
 	pthread_rwlock_init(&nri->rw, NULL);
-	nri->size = EXT2_I_SIZE(&in);
+	nri->size = nri->disksize = EXT2_I_SIZE(&in);
 	nri->extents = !!(in.i_flags & EXT4_EXTENTS_FL);
 	atomic_init(&nri->guard, in.i_flags & RR_FL_GUARD);
 
@@ -188,10 +188,13 @@ unsigned int rr_iguard(struct rr_fs *rfs, ext2_ino_t ino)
 }
 
 /* Blocks of delayed data ino holds (counted in st_blocks, as ext4 counts its delalloc blocks). */
-uint64_t rr_idelayed(struct rr_fs *rfs, ext2_ino_t ino)
+uint64_t rr_idelayed(struct rr_fs *rfs, ext2_ino_t ino, uint64_t *size)
 {
 	struct rr_inode *ri = itab_hold(rfs, ino);
 	uint64_t n = ri ? atomic_load(&ri->dbuf.blocks) : 0;
+
+	if (n && size)
+		*size = __atomic_load_n(&ri->size, __ATOMIC_RELAXED);
 
 	itab_unhold(rfs);
 	return n;
@@ -444,9 +447,17 @@ void inode_stat(struct rr_fs *rfs, ext2_ino_t ino, const struct ext2_inode_large
 	st->st_size = (off_t)EXT2_I_SIZE(in);
 	st->st_blksize = rfs->bsize;
 	st->st_blocks = (blkcnt_t)ext2fs_get_stat_i_blocks(rfs->fs, (struct ext2_inode *)in);
-	/* The table lookup only while some file holds delayed data: stat is a hot path. */
-	if (LINUX_S_ISREG(in->i_mode) && atomic_load(&rfs->delayed.blocks))
-		st->st_blocks += (blkcnt_t)(rr_idelayed(rfs, ino) << (rfs->bbits - 9));
+	/*
+	 * The table lookup only while some file holds delayed data: stat is a
+	 * hot path.  Such a file's size on disk stops where its data on disk
+	 * does (struct rr_inode's disksize); the size is the one in memory.
+	 */
+	if (LINUX_S_ISREG(in->i_mode) && atomic_load(&rfs->delayed.blocks)) {
+		uint64_t size = EXT2_I_SIZE(in);
+
+		st->st_blocks += (blkcnt_t)(rr_idelayed(rfs, ino, &size) << (rfs->bbits - 9));
+		st->st_size = (off_t)size;
+	}
 	if (LINUX_S_ISCHR(in->i_mode) || LINUX_S_ISBLK(in->i_mode))
 		st->st_rdev = inode_rdev(in);
 	inode_get_time(in, RR_ATIME, &ts);

@@ -81,7 +81,19 @@ struct rr_inode {
 	/* Below: read under rw shared, written under rw exclusive + fs lock. */
 	atomic_int emap_loaded;		/* emap valid; loading takes the fs lock */
 	struct rr_emap emap;
-	uint64_t size;			/* i_size */
+	/*
+	 * i_size as read and written (stat, read, the kernel see it); stored
+	 * with __atomic_store_n, as stat reads it without rw (rr_idelayed).
+	 */
+	uint64_t size;
+	/*
+	 * i_size on disk: ext4's i_disksize, at most size.  Written data past
+	 * it is still buffered (delayed allocation), and a commit meanwhile
+	 * (another file's fsync, the tick) must not make a crash show it as a
+	 * hole.  It follows the data as runs are mapped (map_run), and equals
+	 * size whenever nothing is buffered.
+	 */
+	uint64_t disksize;
 	int extents;			/* EXT4_EXTENTS_FL: otherwise block-mapped */
 	/* Delayed allocation: data in holes, blocks promised, none chosen yet (under rw). */
 	struct rr_dbuf dbuf;
@@ -311,7 +323,7 @@ void rr_iunpin(struct rr_fs *rfs, struct rr_inode *ri);
 void rr_ixattr_changed(struct rr_fs *rfs, ext2_ino_t ino);
 unsigned int rr_iguard(struct rr_fs *rfs, ext2_ino_t ino);
 void rr_iput(struct rr_fs *rfs, struct rr_inode *ri, uint64_t nlookup, int close);
-uint64_t rr_idelayed(struct rr_fs *rfs, ext2_ino_t ino);
+uint64_t rr_idelayed(struct rr_fs *rfs, ext2_ino_t ino, uint64_t *size);
 int inode_read(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in);
 int inode_load(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in);
 int inode_write(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in);

@@ -226,8 +226,21 @@ void data_read_end(struct rr_inode *ri)
 	pthread_rwlock_unlock(&ri->rw);
 }
 
-/* Set i_size (and times) on disk and in ri.  Caller holds rw exclusively, not the fs lock. */
-static int set_size(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size, int times)
+/* size and disksize in ri, after the inode on disk took disksize. */
+static void size_store(struct rr_inode *ri, uint64_t size, uint64_t disksize)
+{
+	/* Not when unchanged: an overwrite sets only the times, under rw shared. */
+	if (ri->size != size)
+		__atomic_store_n(&ri->size, size, __ATOMIC_RELAXED);
+	if (ri->disksize != disksize)
+		ri->disksize = disksize;
+}
+
+/*
+ * i_size (and times) in ri, disksize on disk (see struct rr_inode).
+ * Caller holds rw exclusively (shared for times alone), not the fs lock.
+ */
+static int write_size(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size, uint64_t disksize, int times)
 {
 	struct ext2_inode_large in;
 	int ret;
@@ -235,7 +248,7 @@ static int set_size(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size, int t
 	rr_fs_lock(rfs);
 	ret = inode_load(rfs, ri->ino, &in);
 	if (!ret) {
-		ret = rr_err_ino(ext2fs_inode_size_set(rfs->fs, (struct ext2_inode *)&in, size), ri->ino);
+		ret = rr_err_ino(ext2fs_inode_size_set(rfs->fs, (struct ext2_inode *)&in, disksize), ri->ino);
 		if (!ret) {
 			if (times)
 				inode_touch(&in, times);
@@ -243,10 +256,27 @@ static int set_size(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size, int t
 		}
 	}
 	rr_fs_end_op(rfs);
-	/* Not when unchanged: an overwrite sets only the times, under rw shared. */
-	if (!ret && ri->size != size)
-		ri->size = size;
+	if (!ret)
+		size_store(ri, size, disksize);
 	return ret;
+}
+
+/*
+ * The file's size set to size (truncate, fallocate, a grown hole): on
+ * disk too, as ext4 sets i_disksize, but never past data still buffered
+ * below a smaller size.  Times alone when size is the size already.
+ */
+static int set_size(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size, int times)
+{
+	uint64_t disk = !ri->dbuf.cnt || size > ri->size ? size : size < ri->disksize ? size : ri->disksize;
+
+	return write_size(rfs, ri, size, disk, times);
+}
+
+/* A write() grew or touched the file: on disk only as far as no data waits in the buffer. */
+static int set_written_size(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size, int times)
+{
+	return write_size(rfs, ri, size, ri->dbuf.cnt ? ri->disksize : size, times);
 }
 
 /* Growing the file: the old last block's bytes past i_size must read as zero. */
@@ -270,6 +300,7 @@ static int map_run(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk, const 
 		   int uninit, unsigned int flags, int ret, uint64_t size_to)
 {
 	struct ext2_inode_large in;
+	uint64_t size, disk;
 
 	rr_fs_lock(rfs);
 	if (!ret)
@@ -286,21 +317,27 @@ static int map_run(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk, const 
 	}
 	rr_alloc_mapped(rfs->alloc, ex->pblk, ex->len);
 	/*
-	 * Written data past i_size: the size follows in the same step, as the
-	 * kernel's i_disksize follows each mapped extent, so no commit (the
-	 * interval's, or one the allocator asks for) writes an inode whose
-	 * initialised blocks pass its size.  Should that fail, the blocks stay
+	 * Written data past the size on disk: the size follows in the same
+	 * step, as the kernel's i_disksize follows each mapped extent, so no
+	 * commit (the interval's, or one the allocator asks for) writes an
+	 * inode whose initialised blocks pass its size, nor one whose size
+	 * passes data still buffered.  Should that fail, the blocks stay
 	 * mapped (and so in use): the write fails, the data is there.
 	 */
-	if (size_to > ri->size) {
+	size = size_to > ri->size ? size_to : ri->size;
+	disk = blk_start(rfs, lblk + ex->len);
+	disk = disk < size ? disk : size;
+	if (disk < ri->disksize)
+		disk = ri->disksize;
+	if (size != ri->size || disk != ri->disksize) {
 		ret = inode_load(rfs, ri->ino, &in);
 		if (!ret)
-			ret = rr_err_ino(ext2fs_inode_size_set(rfs->fs, (struct ext2_inode *)&in, size_to),
+			ret = rr_err_ino(ext2fs_inode_size_set(rfs->fs, (struct ext2_inode *)&in, disk),
 					 ri->ino);
 		if (!ret)
 			ret = inode_write(rfs, ri->ino, &in);
 		if (!ret)
-			ri->size = size_to;
+			size_store(ri, size, disk);
 	}
 	rr_fs_end_op(rfs);
 	return ret;
@@ -342,7 +379,7 @@ static void delay_list_compact(struct rr_fs *rfs)
 	size_t i, n = 0;
 
 	for (i = 0; i < rfs->delayed.n; i++)
-		if (rr_idelayed(rfs, rfs->delayed.inos[i]))
+		if (rr_idelayed(rfs, rfs->delayed.inos[i], NULL))
 			rfs->delayed.inos[n++] = rfs->delayed.inos[i];
 	rfs->delayed.n = n;
 }
@@ -454,6 +491,9 @@ static int flush_locked(struct rr_fs *rfs, struct rr_inode *ri, int closed)
 		dbuf_consume(&ri->dbuf, rfs->bbits, 0, (uint32_t)(((uint64_t)done - pos) >> rfs->bbits));
 		delay_account(rfs, ri, before);
 	}
+	/* All on disk: so is the size (data written directly past the last run, as into unwritten blocks). */
+	if (!ret && !ri->dbuf.cnt && ri->disksize < ri->size)
+		ret = write_size(rfs, ri, ri->size, ri->size, 0);
 	return ret;
 }
 
@@ -557,7 +597,7 @@ ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size
 	if (!ret && end <= ri->size && all_written(rfs, ri, off, size)) {
 		ret = move_mapped(rfs, ri, (char *)buf, off, size, 1);
 		if (!ret && data_times(rfs))
-			ret = set_size(rfs, ri, ri->size, data_times(rfs));
+			ret = set_written_size(rfs, ri, ri->size, data_times(rfs));
 		pthread_rwlock_unlock(&ri->rw);
 		return ret ? ret : (ssize_t)size;
 	}
@@ -632,7 +672,7 @@ ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size
 		int r2 = 0;
 
 		if (pos > ri->size || data_times(rfs))
-			r2 = set_size(rfs, ri, pos > ri->size ? pos : ri->size, data_times(rfs));
+			r2 = set_written_size(rfs, ri, pos > ri->size ? pos : ri->size, data_times(rfs));
 		*short_err = ret;
 		ret = r2;
 	}

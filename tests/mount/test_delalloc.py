@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from conftest import (RRCTL, Mount, fsck, image_blocks, kill_daemon, leaf_extents, libc,
+from conftest import (RRCTL, Mount, debugfs, fsck, image_blocks, kill_daemon, leaf_extents, libc,
                       make_image, pattern, run_mounted, wait_for)
 
 pytestmark = pytest.mark.rrfuse_only
@@ -270,9 +270,16 @@ def releases(m):
     return int(n.group(1)) if n else 0
 
 
+def disk_size(image, name):
+    out = debugfs(image, "stat /" + name)
+    return int(re.search(r"Size: (\d+)", out).group(1))
+
+
 def test_killed_with_delayed_data_leaves_a_clean_image():
     """Data not yet given blocks is lost with the daemon (as unsynced data
-    on ext4); the image stays consistent: the file is a hole of its size."""
+    on ext4); the image stays consistent, and a commit meanwhile (the
+    directory's fsync) wrote the file's size only as far as its data had
+    reached the disk, as ext4's i_disksize: no file of zeros after a crash."""
     image = make_image(size="256M")
     m = Mount(image, opts="commit=0").mount()
     try:
@@ -299,3 +306,5 @@ def test_killed_with_delayed_data_leaves_a_clean_image():
     assert rc == 0, out
     assert lengths(image, "kept") == [256]
     assert lengths(image, "lost") == []
+    assert disk_size(image, "kept") == MIB
+    assert disk_size(image, "lost") == 0
