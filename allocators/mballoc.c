@@ -2371,6 +2371,9 @@ int rr_alloc_attach(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr
 		a->max_order--;
 	if (a->t.mb_optimize_scan == UINT_MAX)
 		a->t.mb_optimize_scan = a->ngroups >= 16;
+	/* Undecided by the mount (no device known): as the kernel on a device that is not rotational. */
+	if (a->t.mb_max_linear_groups == UINT_MAX)
+		a->t.mb_max_linear_groups = 0;
 	if (a->t.mb_group_prealloc > a->bpg)
 		a->t.mb_group_prealloc = a->bpg;
 	/* As the kernel's s_resv_clusters: 2 % of the blocks, at most 4096. */

@@ -362,6 +362,9 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 		rr_alloc_tunables_default(&rfs->opts.alloc);
 	/* -o check also has the allocator verify its buddies after every change. */
 	rfs->opts.alloc.check |= (unsigned int)rfs->opts.check;
+	/* As ext4_mb_init (MB_DEFAULT_LINEAR_LIMIT on a rotational device). */
+	if (rfs->opts.alloc.mb_max_linear_groups == UINT_MAX)
+		rfs->opts.alloc.mb_max_linear_groups = io_dev_rotational(device) ? 4 : 0;
 	if (!ret && (!ro || rfs->ro_cleanup))
 		ret = rr_alloc_attach(fs, &rfs->opts.alloc, &rfs->alloc);
 	if (rfs->alloc) {

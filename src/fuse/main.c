@@ -81,7 +81,7 @@ static void usage_tunables(void)
 		if (rr_alloc_tunable_get(&t, name, val, sizeof(val), err, sizeof(err)))
 			continue;
 		printf("    -o %s=N%*s default %s\n", name, strlen(name) < 24 ? (int)(24 - strlen(name)) : 1, "",
-		       strcmp(val, "4294967295") ? val : "on with 16 groups or more");
+		       strcmp(val, "4294967295") ? val : "decided at mount (rrfuse(8))");
 	}
 }
 

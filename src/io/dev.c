@@ -63,6 +63,39 @@ void io_set_shared_bdev(int on)
 #define IO_HOLDER_WAIT_SECS 60
 #define IO_HOLDER_POLL_MS 20
 
+/* queue/rotational of block device dev, or of its disk when dev is a partition: 1, 0, or -1. */
+static int sys_rotational(dev_t dev)
+{
+	static const char *const where[] = { "queue/rotational", "../queue/rotational" };
+	char path[96], c = 0;
+	size_t i;
+
+	for (i = 0; i < sizeof(where) / sizeof(where[0]); i++) {
+		FILE *f;
+
+		snprintf(path, sizeof(path), "/sys/dev/block/%u:%u/%s", major(dev), minor(dev), where[i]);
+		f = fopen(path, "re");
+		if (!f)
+			continue;
+		if (fread(&c, 1, 1, f) != 1)
+			c = 0;
+		fclose(f);
+		return c == '1';
+	}
+	return -1;
+}
+
+int io_dev_rotational(const char *path)
+{
+	struct stat st;
+	int r;
+
+	if (stat(path, &st))
+		return 0;
+	r = sys_rotational(S_ISBLK(st.st_mode) ? st.st_rdev : st.st_dev);
+	return r > 0;
+}
+
 long io_lock_holder(int fd)
 {
 	char line[256], want[64];

@@ -19,6 +19,14 @@ void io_set_readonly(int ro);
 void io_set_shared_bdev(int on);
 /* The process holding a flock on fd's file (/proc/locks), 0 if not known. */
 long io_lock_holder(int fd);
+/*
+ * Does path live on a rotational device, as the kernel's ext4 would see
+ * it: a block device's own queue, an image file's through the loop device
+ * the kernel would mount it with, which takes its backing device's flag
+ * (a partition's disk's), and a file with no block device under it (tmpfs)
+ * is not.  1, 0, or 0 when /sys does not say.
+ */
+int io_dev_rotational(const char *path);
 
 /*
  * The data path's transfers, on the device's own descriptors (file data

@@ -109,8 +109,14 @@ def rewrite_starts(m, mib, cycles=3):
 
 
 def test_rralloc_walks_the_device_regular_does_not():
-    rr_groups, rr_ext, n = overwrite_cycles("rralloc")
-    reg_groups, reg_ext, _ = overwrite_cycles("allocator=regular")
+    """As on flash, the device rralloc is for: not rotational, so no groups
+    scanned one after another before the lists (mb_max_linear_groups=0, the
+    kernel's choice there).  On a rotational device the kernel's 4 linear
+    groups walk this small geometry too: measured 2026-12-06 on a loop
+    device over /var/tmp, the kernel's ext4 touched 29 of 32 groups with 4,
+    23 with 0."""
+    rr_groups, rr_ext, n = overwrite_cycles("rralloc,mb_max_linear_groups=0")
+    reg_groups, reg_ext, _ = overwrite_cycles("allocator=regular,mb_max_linear_groups=0")
     print("groups touched of %d: rralloc %d, regular %d; leaf extents: rralloc %d, regular %d"
           % (n, len(rr_groups), len(reg_groups), sum(rr_ext), sum(reg_ext)))
     assert len(rr_groups) >= 0.9 * n, sorted(rr_groups)

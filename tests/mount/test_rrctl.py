@@ -11,14 +11,16 @@ import errno
 import fcntl
 import os
 import re
+import shutil
 import struct
 import subprocess
+import tempfile
 import threading
 import time
 
 import pytest
 
-from conftest import RRCTL, RRFUSE, REPO, pattern, wait_for
+from conftest import RRCTL, RRFUSE, REPO, Mount, loop_works, make_image, pattern, wait_for
 from test_unprivileged import user_dir  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.rrfuse_only
@@ -29,7 +31,7 @@ MAN = os.path.join(REPO, "doc", "rrctl.8")
 DEFAULTS = {
     "mb_max_prealloc_kb": "8192", "mb_stream_req": "16", "mb_group_prealloc": "512",
     "mb_min_to_scan": "10", "mb_max_to_scan": "200", "mb_order2_req": "2",
-    "mb_max_linear_groups": "0", "mb_optimize_scan": "0",     # < 16 groups: off, as the kernel
+    "mb_optimize_scan": "0",     # < 16 groups: off, as the kernel
     "mb_best_avail_max_trim_order": "3", "mb_stats": "0", "rr_writeback_whole": "1",
     "allocator": "regular",
 }
@@ -63,6 +65,37 @@ def rrctl(*args, check=True, **kw):
     return r
 
 
+def kernels_linear_groups(near):
+    """The kernel's mb_max_linear_groups for an image in near's directory (its
+    device rotational or not), read from its sysfs on a loop mount; else
+    what ext4_mb_init would choose from the device's queue/rotational."""
+    d = tempfile.mkdtemp(dir=os.path.dirname(near))
+    img, mnt = os.path.join(d, "img"), os.path.join(d, "mnt")
+    try:
+        if loop_works():
+            os.mkdir(mnt)
+            subprocess.run(["truncate", "-s", "64M", img], check=True)
+            subprocess.run(["mke2fs", "-q", "-t", "ext4", "-F", img], check=True)
+            subprocess.run(["mount", "-o", "loop", img, mnt], check=True)
+            try:
+                dev = os.path.basename(subprocess.run(["findmnt", "-n", "-o", "SOURCE", mnt],
+                                                      capture_output=True, text=True,
+                                                      check=True).stdout.strip())
+                with open("/sys/fs/ext4/%s/mb_max_linear_groups" % dev) as f:
+                    return f.read().strip()
+            finally:
+                subprocess.run(["umount", mnt], check=True)
+        st = os.stat(near)
+        for q in ("queue/rotational", "../queue/rotational"):
+            p = "/sys/dev/block/%d:%d/%s" % (os.major(st.st_dev), os.minor(st.st_dev), q)
+            if os.path.exists(p):
+                with open(p) as f:
+                    return "4" if f.read().strip() == "1" else "0"
+        return "0"
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def values(mnt):
     out = rrctl(mnt).stdout
     lines = out.splitlines()
@@ -74,6 +107,8 @@ def test_list_get_set_every_tunable(fs):
     v = values(fs.mnt)
     # Where allocator=NAME finds NAME.so: the installed policy directory (doc/policies.md).
     assert v.pop("policy_dir").endswith("/rrfuse/policies"), v
+    # As the kernel's for the same device: 4 when rotational, else 0.
+    assert v.pop("mb_max_linear_groups") == kernels_linear_groups(fs.image)
     assert v == DEFAULTS
     # Each tunable: set, printed back, read back, listed.
     new = {"mb_stream_req": "32", "mb_group_prealloc": "1024", "mb_min_to_scan": "5",
@@ -625,3 +660,25 @@ def test_background_daemon_logs_allocator(syslog_lines):
     assert int(v["reqs"]) > 0, v
     rc, out = fsck(image)
     assert rc == 0, out
+
+
+@pytest.mark.parametrize("where", ["var", "shm"])
+def test_linear_groups_follow_the_device_as_the_kernels(where):
+    """mb_max_linear_groups as ext4_mb_init chooses it for the loop device
+    the kernel would mount the image with: the backing device's rotational
+    flag (here /var/tmp's disk), none for a file on tmpfs."""
+    base = "/dev/shm" if where == "shm" else None
+    if base and not os.path.isdir(base):
+        pytest.skip("no /dev/shm")
+    d = tempfile.mkdtemp(dir=base) if base else None
+    image = make_image(size="64M", path=os.path.join(d, "image.img") if d else None)
+    m = Mount(image).mount()
+    try:
+        got = values(m.mnt)["mb_max_linear_groups"]
+        m.unmount()
+    finally:
+        m.cleanup()
+    assert got == kernels_linear_groups(image), where
+    if where == "shm":
+        assert got == "0"
+    shutil.rmtree(os.path.dirname(image), ignore_errors=True)
