@@ -145,8 +145,9 @@ END_TEST
 static uint64_t answer;
 static unsigned int asked;
 
-static void fixed_choose(struct rr_alloc *x, struct mb_ac *ac)
+static void fixed_choose(struct rr_alloc *x, const struct mb_policy *self, struct mb_ac *ac)
 {
+	(void)self;
 	ac->b_ex.group = (uint32_t)((answer - x->first_data_block) / x->bpg);
 	ac->b_ex.start = (uint32_t)((answer - x->first_data_block) % x->bpg);
 	ac->b_ex.len = 1;
