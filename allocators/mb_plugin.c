@@ -6,11 +6,14 @@
  *
  * The engine handle is the allocator itself, opaque to policies.  A
  * request is translated for the policy and its answer back into ac->b_ex,
- * which the engine then checks (mb_guard.c) as any policy's.  Services
+ * which the engine then checks (mb_guard.c) as any policy's.  The
+ * wrapper keeps nothing of its own: the policy's pointer is the engine's
+ * policy_priv, and a request costs no allocation and no lock.  Services
  * that find free space work on a scratch copy of the request (the
  * policy's search leaves the request alone) and record in it the group
  * generation they saw, so that an answer they found and another request
- * took meanwhile is a lost race, searched again, not a refusal.
+ * took meanwhile is a lost race, searched again, not a refusal; the
+ * criteria search (mb_search.c) runs in the request itself.
  *
  * Loading: a name with a '/' is that file; another name that is no
  * built-in is NAME.so in the policy directory (-o policy_dir=DIR, else

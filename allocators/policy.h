@@ -94,7 +94,7 @@ const struct mb_policy *mb_plugin_find(const char *name);
 extern _Thread_local struct mb_ac *mb_pub_ac;
 extern _Thread_local int mb_pub_counted;
 /* regular's public side (regular.c), which rrp_regular runs directly. */
-extern const struct rrp_policy rrp_policy_regular;
+extern const struct rrp_policy rrp_policy_regular __attribute__((visibility("hidden")));
 
 /* "regular, ..." for messages. */
 void mb_policy_names(char *buf, size_t len);

@@ -116,7 +116,12 @@ int rrp_at_goal(struct rrp_engine *e, uint64_t goal, uint32_t len, struct rrp_ex
 #define RRP_LIST_LARGEST	0
 #define RRP_LIST_AVG		1
 int rrp_list_find(struct rrp_engine *e, int list, int order, uint32_t from, uint32_t end);
-/* What the engine's regular policy (the kernel's mballoc) would answer: 0 with *out, or -1. */
+/*
+ * What the engine's regular policy (the kernel's mballoc) would answer
+ * for this request as the engine made it (r is not read): 0 with *out,
+ * or -1.  regular runs the criteria search (1.1) in the request: one the
+ * policy had begun is over.
+ */
 int rrp_regular(struct rrp_engine *e, const struct rrp_request *r, struct rrp_extent *out);
 /* A tunable by its rrctl name (mb_stream_req, ...): 0 with *value, or -1. */
 int rrp_tunable(const struct rrp_engine *e, const char *name, unsigned int *value);
