@@ -42,7 +42,7 @@ struct cascade {
 	uint32_t ngroups;
 	unsigned int max_order;
 	unsigned int two_order;		/* rrp_search_order */
-	uint64_t goal;			/* the search's goal block and length */
+	uint64_t goal;			/* the search's goal block, its group, the length */
 	uint32_t group, len;
 };
 
