@@ -11,7 +11,6 @@
  * policy built outside rrfuse would; the tests switch to it live and check
  * where data lands.
  */
-#include "policy.h"
 #include "rrfuse/policy.h"
 
 static int firstfit_choose(struct rrp_engine *e, void *priv, const struct rrp_request *r,
@@ -27,10 +26,8 @@ static int firstfit_choose(struct rrp_engine *e, void *priv, const struct rrp_re
 	return rrp_first_fit(e, low, 1, r->goal_len, out);
 }
 
-static const struct rrp_policy rrp_policy_firstfit = {
+const struct rrp_policy rrp_policy_firstfit = {
 	.abi = RRP_ABI_VERSION,
 	.name = "firstfit",
 	.choose = firstfit_choose,
 };
-
-MB_PUBLIC_POLICY(firstfit);

@@ -62,16 +62,18 @@ static void at_block(const struct rr_alloc *a, struct mb_ac *ac, uint64_t blk, u
 	ac->b_ex.len = len;
 }
 
-static void liar_choose(struct rr_alloc *a, struct mb_ac *ac)
+static void liar_choose(struct rr_alloc *a, const struct mb_policy *self, struct mb_ac *ac)
 {
 	struct liar *l = ac->priv;
 	unsigned int t = atomic_fetch_add(&l->turn, 1);
 	uint32_t last = a->ngroups - 1;
 	enum mb_refusal kind;
 
+	(void)self;
 	switch (t % 4) {
 	case 0:
-		mb_policy_regular.choose(a, ac);
+		ac->priv = NULL;
+		mb_policy_regular.choose(a, &mb_policy_regular, ac);
 		return;
 	case 1:
 		kind = MB_REFUSE_OUTSIDE;

@@ -6,11 +6,14 @@
  *
  * The engine handle is the allocator itself, opaque to policies.  A
  * request is translated for the policy and its answer back into ac->b_ex,
- * which the engine then checks (mb_guard.c) as any policy's.  Services
+ * which the engine then checks (mb_guard.c) as any policy's.  The
+ * wrapper keeps nothing of its own: the policy's pointer is the engine's
+ * policy_priv, and a request costs no allocation and no lock.  Services
  * that find free space work on a scratch copy of the request (the
  * policy's search leaves the request alone) and record in it the group
  * generation they saw, so that an answer they found and another request
- * took meanwhile is a lost race, searched again, not a refusal.
+ * took meanwhile is a lost race, searched again, not a refusal; the
+ * criteria search (mb_search.c) runs in the request itself.
  *
  * Loading: a name with a '/' is that file; another name that is no
  * built-in is NAME.so in the policy directory (-o policy_dir=DIR, else
@@ -41,40 +44,28 @@
 #define ENGINE(e) ((struct rr_alloc *)(e))
 #define HANDLE(a) ((struct rrp_engine *)(a))
 
-/* The request the policy running in this thread is answering. */
-static _Thread_local struct mb_ac *tl_ac;
-static _Thread_local int tl_regular;
+_Thread_local struct mb_ac *mb_pub_ac;
+_Thread_local int mb_pub_counted;
+/* The request as the engine made it, for rrp_regular (a search may have moved the goal in mb_pub_ac). */
+static _Thread_local const struct rrp_request *tl_req;
 
 /* ---- the wrapper ---- */
 
-struct plug_state {
-	const struct rrp_policy *pub;
-	void *priv;
-};
-
+/* The policy's own pointer is the engine's policy_priv: no state of the wrapper's. */
 int mb_plugin_init(struct rr_alloc *a, const struct mb_policy *self)
 {
-	struct plug_state *s = calloc(1, sizeof(*s));
+	void *priv = NULL;
 
-	if (!s)
+	if (self->pub->init && self->pub->init(HANDLE(a), &priv))
 		return -1;
-	s->pub = self->pub;
-	if (s->pub->init && s->pub->init(HANDLE(a), &s->priv)) {
-		free(s);
-		return -1;
-	}
-	a->policy_priv = s;
+	a->policy_priv = priv;
 	return 0;
 }
 
 void mb_plugin_fini(struct rr_alloc *a, const struct mb_policy *self)
 {
-	struct plug_state *s = a->policy_priv;
-
-	(void)self;
-	if (s && s->pub->fini)
-		s->pub->fini(HANDLE(a), s->priv);
-	free(s);
+	if (self->pub->fini)
+		self->pub->fini(HANDLE(a), a->policy_priv);
 	a->policy_priv = NULL;
 }
 
@@ -94,26 +85,26 @@ static uint32_t request_flags(const struct mb_ac *ac)
 		f |= RRP_FILE_GOAL;
 	if (ac->hints & MB_HINT_FIRST_WINDOW)
 		f |= RRP_FIRST_WINDOW;
+	if (ac->hints & MB_HINT_WINDOW)
+		f |= RRP_WINDOW;
+	if (ac->hints & MB_HINT_MERGE_GOAL)
+		f |= RRP_MERGE_GOAL;
 	return f;
 }
 
 /* An extent in blocks as the engine's (group, start); outside the device it stays outside. */
 static void to_ext(const struct rr_alloc *a, const struct rrp_extent *x, struct mb_ext *ex)
 {
-	if (x->start < a->first_data_block || x->start >= ext2fs_blocks_count(a->fs->super)) {
+	if (mb_ext_of(a, x->start, x->len, ex)) {
 		ex->group = UINT32_MAX;
 		ex->start = 0;
-	} else {
-		ex->group = (uint32_t)((x->start - a->first_data_block) / a->bpg);
-		ex->start = (uint32_t)((x->start - a->first_data_block) % a->bpg);
+		ex->len = x->len;
 	}
-	ex->len = x->len;
 }
 
-void mb_plugin_choose(struct rr_alloc *a, struct mb_ac *ac)
+void mb_plugin_choose(struct rr_alloc *a, const struct mb_policy *self, struct mb_ac *ac)
 {
-	struct plug_state *s = ac->priv;
-	struct rrp_request r = {
+	const struct rrp_request r = {
 		.ino = ac->ino,
 		.flags = request_flags(ac),
 		.lblk = ac->o_ex.logical,
@@ -126,18 +117,20 @@ void mb_plugin_choose(struct rr_alloc *a, struct mb_ac *ac)
 	int ret;
 
 	ac->cr = CR_ANY_FREE;
-	tl_ac = ac;
-	tl_regular = 0;
-	ret = s->pub->choose(HANDLE(a), s->priv, &r, &out);
-	tl_ac = NULL;
+	mb_pub_ac = ac;
+	mb_pub_counted = 0;
+	tl_req = &r;
+	ret = self->pub->choose(HANDLE(a), ac->priv, &r, &out);
+	mb_pub_ac = NULL;
+	tl_req = NULL;
 	if (ret || !out.len) {
 		ac->b_ex.len = 0;
 		return;
 	}
 	to_ext(a, &out, &ac->b_ex);
 	ac->status = AC_FOUND;
-	/* regular counted its own hit. */
-	if (!tl_regular && MB_T(a, mb_stats))
+	/* A criteria search counted its own hit. */
+	if (!mb_pub_counted && MB_T(a, mb_stats))
 		atomic_fetch_add(&a->stats.cr_hits[CR_ANY_FREE], 1);
 }
 
@@ -168,6 +161,39 @@ uint32_t rrp_cpus(const struct rrp_engine *e)
 	return ENGINE(e)->nlg;
 }
 
+unsigned int rrp_max_order(const struct rrp_engine *e)
+{
+	return ENGINE(e)->max_order;
+}
+
+int rrp_flex_meta_group(const struct rrp_engine *e, uint32_t g)
+{
+	return g < ENGINE(e)->ngroups && mb_flex_meta_group(ENGINE(e), g);
+}
+
+void rrp_prefetch(struct rrp_engine *e, uint32_t g)
+{
+	struct rr_alloc *a = ENGINE(e);
+
+	if (g < a->ngroups)
+		mb_prefetch(a, g, a->prefetch);
+}
+
+uint32_t rrp_stream_group(const struct rrp_engine *e, uint32_t ino)
+{
+	const struct rr_alloc *a = ENGINE(e);
+
+	return atomic_load(&a->last_groups[ino % a->nr_last_groups]) % a->ngroups;
+}
+
+void rrp_set_stream_group(struct rrp_engine *e, uint32_t ino, uint32_t g)
+{
+	struct rr_alloc *a = ENGINE(e);
+
+	if (g < a->ngroups)
+		atomic_store(&a->last_groups[ino % a->nr_last_groups], g);
+}
+
 uint32_t rrp_group_free(const struct rrp_engine *e, uint32_t g)
 {
 	return g < ENGINE(e)->ngroups ? atomic_load(&ENGINE(e)->groups[g].free) : 0;
@@ -183,8 +209,8 @@ static struct mb_ac scratch(uint32_t max)
 {
 	struct mb_ac s;
 
-	if (tl_ac) {
-		s = *tl_ac;
+	if (mb_pub_ac) {
+		s = *mb_pub_ac;
 	} else {
 		memset(&s, 0, sizeof(s));
 		s.seen_group = UINT32_MAX;
@@ -198,11 +224,11 @@ static struct mb_ac scratch(uint32_t max)
 
 static int found(struct rr_alloc *a, const struct mb_ac *s, struct rrp_extent *out)
 {
-	if (tl_ac) {
-		tl_ac->seen_group = s->seen_group;
-		tl_ac->seen_gen = s->seen_gen;
-		tl_ac->groups_scanned = s->groups_scanned;
-		tl_ac->found = s->found;
+	if (mb_pub_ac) {
+		mb_pub_ac->seen_group = s->seen_group;
+		mb_pub_ac->seen_gen = s->seen_gen;
+		mb_pub_ac->groups_scanned = s->groups_scanned;
+		mb_pub_ac->found = s->found;
 	}
 	out->start = mb_block_of(a, &s->b_ex);
 	out->len = s->b_ex.len;
@@ -224,11 +250,7 @@ int rrp_at_goal(struct rrp_engine *e, uint64_t goal, uint32_t len, struct rrp_ex
 	struct rr_alloc *a = ENGINE(e);
 	struct mb_ac s = scratch(len);
 
-	if (!len || goal < a->first_data_block || goal >= ext2fs_blocks_count(a->fs->super))
-		return -1;
-	s.g_ex.group = (uint32_t)((goal - a->first_data_block) / a->bpg);
-	s.g_ex.start = (uint32_t)((goal - a->first_data_block) % a->bpg);
-	if (s.g_ex.start + len > a->bpg || !mb_find_by_goal(a, &s))
+	if (!len || mb_ext_of(a, goal, len, &s.g_ex) || s.g_ex.start + len > a->bpg || !mb_find_by_goal(a, &s))
 		return -1;
 	return found(a, &s, out);
 }
@@ -253,9 +275,9 @@ int rrp_find_in_group(struct rrp_engine *e, uint32_t g, uint64_t from, uint32_t 
 		out->start = first + s;
 		out->len = l < max ? l : max;
 		/* Seen free now: taken by another request before the engine uses it, it is a lost race. */
-		if (tl_ac) {
-			tl_ac->seen_group = g;
-			tl_ac->seen_gen = grp->gen;
+		if (mb_pub_ac) {
+			mb_pub_ac->seen_group = g;
+			mb_pub_ac->seen_gen = grp->gen;
 		}
 		ret = 0;
 		break;
@@ -273,24 +295,18 @@ int rrp_list_find(struct rrp_engine *e, int list, int order, uint32_t from, uint
 	return mb_list_find(a, list, order, from, end > a->ngroups ? a->ngroups : end);
 }
 
+/*
+ * regular's answer for the request the engine made (not the one passed:
+ * a policy may not ask regular about another).  regular's choose runs
+ * directly, not through the wrapper, so the calling policy's request
+ * stays set; regular calls no policy, so nothing recurses.
+ */
 int rrp_regular(struct rrp_engine *e, const struct rrp_request *r, struct rrp_extent *out)
 {
-	struct rr_alloc *a = ENGINE(e);
-	struct mb_ac *ac = tl_ac;
-
 	(void)r;
-	if (!ac)
+	if (!mb_pub_ac || !tl_req)
 		return -1;
-	/* The request as the engine made it: regular searches in it and records what it saw. */
-	ac->status = AC_CONTINUE;
-	ac->b_ex.len = 0;
-	mb_policy_regular.choose(a, ac);
-	if (!ac->b_ex.len)
-		return -1;
-	tl_regular = 1;
-	out->start = mb_block_of(a, &ac->b_ex);
-	out->len = ac->b_ex.len;
-	return 0;
+	return rrp_policy_regular.choose(e, NULL, tl_req, out) || !out->len ? -1 : 0;
 }
 
 int rrp_tunable(const struct rrp_engine *e, const char *name, unsigned int *value)
@@ -301,6 +317,16 @@ int rrp_tunable(const struct rrp_engine *e, const char *name, unsigned int *valu
 	if (rr_alloc_tunable_get(&a->t, name, buf, sizeof(buf), err, sizeof(err)))
 		return -1;
 	return sscanf(buf, "%u", value) == 1 ? 0 : -1;
+}
+
+int rrp_tunable_id(const char *name)
+{
+	return mb_tunable_index(name);
+}
+
+unsigned int rrp_tunable_get(const struct rrp_engine *e, int id)
+{
+	return mb_tunable_load(&ENGINE(e)->t, id);
 }
 
 void rrp_log(const struct rrp_engine *e, int prio, const char *fmt, ...)

@@ -61,6 +61,21 @@ int rr_alloc_is_tunable(const char *name)
 	return lookup(name) != NULL;
 }
 
+int mb_tunable_index(const char *name)
+{
+	const struct tunable *d = lookup(name);
+
+	return d && d->kind != T_POLICY && d->kind != T_POLICY_DIR ? (int)(d - tunables) : -1;
+}
+
+unsigned int mb_tunable_load(const struct rr_alloc_tunables *t, int index)
+{
+	if (index < 0 || (size_t)index >= sizeof(tunables) / sizeof(tunables[0]) ||
+	    tunables[index].kind == T_POLICY || tunables[index].kind == T_POLICY_DIR)
+		return 0;
+	return __atomic_load_n((const unsigned int *)((const char *)t + tunables[index].off), __ATOMIC_RELAXED);
+}
+
 /* The index'th name, aliases left out (rrctl's listing); NULL past the last. */
 const char *rr_alloc_tunable_name(unsigned int i)
 {

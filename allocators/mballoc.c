@@ -1273,6 +1273,23 @@ uint64_t mb_block_of(const struct rr_alloc *a, const struct mb_ext *ex)
 	return group_first(a, ex->group) + ex->start;
 }
 
+int mb_ext_of(const struct rr_alloc *a, uint64_t blk, uint32_t len, struct mb_ext *ex)
+{
+	if (!valid_block(a, blk))
+		return -1;
+	ex->group = group_of(a, blk);
+	ex->start = (uint32_t)(blk - group_first(a, ex->group));
+	ex->len = len;
+	return 0;
+}
+
+unsigned int mb_two_order(const struct rr_alloc *a, uint32_t len)
+{
+	unsigned int i = (unsigned int)mb_fls(len) - 1;
+
+	return ((len & (len - 1)) == 0 && i + 1 >= MB_T(a, mb_order2_req) && i <= a->max_order) ? i : 0;
+}
+
 /* ---- the allocation pipeline (kernel: ext4_mb_new_blocks) ---- */
 
 static uint64_t sub0(uint64_t x, uint64_t y)
@@ -1586,7 +1603,7 @@ static int choose_checked(struct rr_alloc *a, struct mb_running *run, const stru
 
 	for (;;) {
 		ac->priv = p == run->policy ? run->priv : NULL;
-		p->choose(a, ac);
+		p->choose(a, p, ac);
 		ac->ino = asked.ino;
 		ac->hints = asked.hints;
 		ac->o_ex = asked.o_ex;

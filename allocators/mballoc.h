@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * The mballoc engine's private structures, shared by the engine
- * (mballoc.c), the buddy (mb_buddy.c), the tunables (mb_tunables.c) and the
- * policies (regular.c, ...).  Nothing here is visible to the daemon; it sees
+ * (mballoc.c), the buddy (mb_buddy.c), the tunables (mb_tunables.c), the
+ * guard (mb_guard.c) and the public policy API's side in the engine
+ * (mb_plugin.c, mb_search.c).  Policies do not see them, but for liar
+ * (fault injection, allocators/policy.h): the built-ins use
+ * include/rrfuse/policy.h only.  Nothing here is visible to the daemon; it sees
  * include/rrfuse/alloc.h only.  The design and the locking rules are stated
  * at the top of mballoc.c.
  */
@@ -334,8 +337,11 @@ struct rr_alloc {
 
 /* A tunable, read where rrctl may change it meanwhile (no fs lock). */
 #define MB_T(a, f) __atomic_load_n(&(a)->t.f, __ATOMIC_RELAXED)
+/* mb_tunables.c: a numeric tunable's index by name (-1: none), and its value read as MB_T does (0: no index). */
+int mb_tunable_index(const char *name);
+unsigned int mb_tunable_load(const struct rr_alloc_tunables *t, int index);
 
-/* Engine services for policies (mballoc.c). */
+/* Engine services for the policy API (mb_plugin.c, mb_search.c; in mballoc.c). */
 int mb_load_group(struct rr_alloc *a, uint32_t g);
 void mb_prefetch(struct rr_alloc *a, uint32_t g, uint32_t n);
 int mb_good_group(struct rr_alloc *a, struct mb_ac *ac, uint32_t g, enum mb_cr cr);
@@ -349,6 +355,10 @@ int mb_first_fit(struct rr_alloc *a, struct mb_ac *ac, uint64_t from, uint32_t n
 int mb_flex_meta_group(const struct rr_alloc *a, uint32_t g);
 /* The filesystem block an extent starts at. */
 uint64_t mb_block_of(const struct rr_alloc *a, const struct mb_ext *ex);
+/* The extent of len blocks at block blk, in group coordinates: 0, or -1 when blk is outside the device. */
+int mb_ext_of(const struct rr_alloc *a, uint64_t blk, uint32_t len, struct mb_ext *ex);
+/* Kernel's ac_2order: log2(len) if len is a power of two worth aligning (mb_order2_req), else 0. */
+unsigned int mb_two_order(const struct rr_alloc *a, uint32_t len);
 /* This CPU's slot among a->nlg (locality groups, per-CPU cursors). */
 uint32_t mb_cpu_slot(const struct rr_alloc *a);
 void mb_log(int prio, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

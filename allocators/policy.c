@@ -6,13 +6,21 @@
 #include <string.h>
 
 #define MB_POLICY(name) extern const struct mb_policy mb_policy_##name;
+/* Hidden: the engine's own, not a service for loaded policies (policy.sym exports rrp_*). */
+#define MB_PUBLIC_POLICY(n) \
+	extern const struct rrp_policy rrp_policy_##n __attribute__((visibility("hidden"))); \
+	const struct mb_policy mb_policy_##n = { .name = #n, .pub = &rrp_policy_##n, \
+		.init = mb_plugin_init, .fini = mb_plugin_fini, .choose = mb_plugin_choose };
 #include "policies.def"
 #undef MB_POLICY
+#undef MB_PUBLIC_POLICY
 
 static const struct mb_policy *const mb_policies[] = {
 #define MB_POLICY(name) &mb_policy_##name,
+#define MB_PUBLIC_POLICY(name) &mb_policy_##name,
 #include "policies.def"
 #undef MB_POLICY
+#undef MB_PUBLIC_POLICY
 };
 
 #define NPOLICIES (sizeof(mb_policies) / sizeof(mb_policies[0]))

@@ -1,18 +1,23 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * The allocation policy interface.  The engine (mballoc.c) owns the
- * groups, buddies, normalisation and preallocations; a policy decides only
- * where to look: given a normalised request (struct mb_ac, goal group and
- * length set) it walks groups with the engine's helpers (mb_good_group,
- * mb_scan_group, mb_find_by_goal, the optimised-scan lists) until
- * ac->status is AC_FOUND, or gives up with ac->b_ex.len == 0.
+ * The engine's side of the allocation policies: what is public and what
+ * is private.
  *
- * A policy is one file, allocators/NAME.c defining mb_policy_NAME, and one
- * line MB_POLICY(NAME) in allocators/policies.def.  init and fini run
- * under the fs lock; choose may not (file data is allocated without it):
- * requests run at once, so whatever state a policy keeps beyond the
- * engine's (ac->priv) must be atomic or locked by the policy itself, and
- * tunables are read with MB_T().
+ * Public (include/rrfuse/policy.h): the versioned policy API.  Every
+ * built-in policy but one is written against it alone, as a policy built
+ * outside rrfuse is: allocators/NAME.c includes rrfuse/policy.h (and the C
+ * library), defines const struct rrp_policy rrp_policy_NAME, and
+ * allocators/policies.def says MB_PUBLIC_POLICY(NAME).  The engine runs
+ * them through the wrapper in mb_plugin.c (the request translated, the
+ * answer checked as any policy's); the criteria search they use is in
+ * mb_search.c.
+ *
+ * Private (this header, mballoc.h): struct mb_policy, the engine's table
+ * entry, whose choose works on the engine's request (struct mb_ac) itself.
+ * Only liar, fault injection for the answer checks (tests only), is
+ * written on it, as its lies need no service: MB_POLICY(liar).  init and
+ * fini run under the fs lock; choose may not (file data is allocated
+ * without it).
  *
  * The engine does not trust the answer (mb_guard.c): an extent outside
  * the device, in metadata or not free is refused and the request served
@@ -46,8 +51,12 @@ struct mb_policy {
 	 */
 	int (*init)(struct rr_alloc *a, const struct mb_policy *self);
 	void (*fini)(struct rr_alloc *a, const struct mb_policy *self);
-	/* Find blocks for ac (leaves the found extent in ac->b_ex, not yet marked used). */
-	void (*choose)(struct rr_alloc *a, struct mb_ac *ac);
+	/*
+	 * Find blocks for ac (leaves the found extent in ac->b_ex, not yet
+	 * marked used).  ac->priv is NULL when the engine runs the policy as
+	 * a fallback (regular, for a policy that found nothing or was refused).
+	 */
+	void (*choose)(struct rr_alloc *a, const struct mb_policy *self, struct mb_ac *ac);
 };
 
 /* The others fall back on it for metadata. */
@@ -75,12 +84,17 @@ int mb_policy_switch(struct rr_alloc *a, const struct mb_policy *p, char *err, s
 /* mb_plugin.c: the wrapper that runs a policy on the public API, and the loaded ones by name. */
 int mb_plugin_init(struct rr_alloc *a, const struct mb_policy *self);
 void mb_plugin_fini(struct rr_alloc *a, const struct mb_policy *self);
-void mb_plugin_choose(struct rr_alloc *a, struct mb_ac *ac);
+void mb_plugin_choose(struct rr_alloc *a, const struct mb_policy *self, struct mb_ac *ac);
 const struct mb_policy *mb_plugin_find(const char *name);
-/* A built-in policy on the public API: NAME.c defines rrp_policy_NAME and says MB_PUBLIC_POLICY(NAME). */
-#define MB_PUBLIC_POLICY(n) \
-	const struct mb_policy mb_policy_##n = { .name = #n, .pub = &rrp_policy_##n, \
-		.init = mb_plugin_init, .fini = mb_plugin_fini, .choose = mb_plugin_choose }
+/*
+ * The request the public policy running in this thread answers (NULL
+ * outside its choose), for the services; and whether its answer's hit
+ * was counted already (by the criteria search, mb_search.c).
+ */
+extern _Thread_local struct mb_ac *mb_pub_ac;
+extern _Thread_local int mb_pub_counted;
+/* regular's public side (regular.c), which rrp_regular runs directly. */
+extern const struct rrp_policy rrp_policy_regular __attribute__((visibility("hidden")));
 
 /* "regular, ..." for messages. */
 void mb_policy_names(char *buf, size_t len);

@@ -24,41 +24,87 @@
  * groups by group number from the goal group on, so their cost does not
  * grow with the number of groups; otherwise every criterion is a linear
  * pass from the goal group.
+ *
+ * It uses only the public policy API (include/rrfuse/policy.h): the
+ * criteria search there is the engine's part of the kernel's allocator
+ * (best extent, scan limits, per-criterion statistics), the cascade and
+ * the order of the groups are this file's.
  */
-#include "policy.h"
+#include "rrfuse/policy.h"
 
-/* Try group g at cr; nonzero when the search is over. */
-static int try_group(struct rr_alloc *a, struct mb_ac *ac, uint32_t g, enum mb_cr cr)
+#include <stdatomic.h>
+
+/* One request's cascade. */
+struct cascade {
+	struct rrp_engine *e;
+	struct rrp_search *s;
+	const struct rrp_request *r;
+	uint32_t ngroups;
+	unsigned int max_order;
+	unsigned int two_order;		/* rrp_search_order */
+	uint64_t goal;			/* the search's goal block, its group, the length */
+	uint32_t group, len;
+};
+
+/* Tunables by id, looked up once: the same for every mount of the process. */
+enum { T_OPTIMIZE_SCAN, T_MAX_LINEAR_GROUPS, T_BEST_AVAIL_TRIM, T_NUM };
+static const char *const tunable_names[T_NUM] = { "mb_optimize_scan", "mb_max_linear_groups",
+						  "mb_best_avail_max_trim_order" };
+static _Atomic int tunable_ids[T_NUM] = { -1, -1, -1 };
+
+static unsigned int tunable(const struct cascade *c, int t)
 {
-	if (mb_good_group(a, ac, g, cr)) {
-		mb_scan_group(a, ac, g, cr);
-		if (MB_T(a, mb_stats))
-			atomic_fetch_add(&a->stats.cr_considered[cr], 1);
+	int id = atomic_load_explicit(&tunable_ids[t], memory_order_relaxed);
+
+	if (id < 0) {
+		id = rrp_tunable_id(tunable_names[t]);
+		atomic_store_explicit(&tunable_ids[t], id, memory_order_relaxed);
 	}
-	return ac->status != AC_CONTINUE;
+	return rrp_tunable_get(c->e, id);
 }
 
-static int scan_linear(struct rr_alloc *a, struct mb_ac *ac, enum mb_cr cr, uint32_t count)
+static int fls32(uint32_t x)
 {
-	uint32_t i, start = ac->g_ex.group;
+	return x ? 32 - __builtin_clz(x) : 0;
+}
 
-	if (count > a->ngroups)
-		count = a->ngroups;
+/* The average-fragment order a group needs for len blocks (the engine's lists' order for it). */
+static int avg_order(const struct cascade *c, uint32_t len)
+{
+	int o = fls32(len) - 2;
+
+	if (o < 0)
+		return 0;
+	return o > (int)c->max_order ? (int)c->max_order : o;
+}
+
+/* Try group g at cr; nonzero when the search is over. */
+static int try_group(struct cascade *c, uint32_t g, int cr)
+{
+	return rrp_search_good(c->s, g, cr) && rrp_search_scan(c->s, g, cr);
+}
+
+static int scan_linear(struct cascade *c, int cr, uint32_t count)
+{
+	uint32_t i;
+
+	if (count > c->ngroups)
+		count = c->ngroups;
 	for (i = 0; i < count; i++)
-		if (try_group(a, ac, (start + i) % a->ngroups, cr))
+		if (try_group(c, (c->group + i) % c->ngroups, cr))
 			return 1;
 	return 0;
 }
 
 /* Groups in [from, end) on list l, orders lo and up, each order by group number. */
-static int scan_lists_range(struct rr_alloc *a, struct mb_ac *ac, enum mb_cr cr, int l, int lo,
-			    uint32_t from, uint32_t end)
+static int scan_lists_range(struct cascade *c, int cr, int l, int lo, uint32_t from, uint32_t end)
 {
 	int o, g;
 
-	for (o = lo < 0 ? 0 : lo; o <= (int)a->max_order; o++)
-		for (g = mb_list_find(a, l, o, from, end); g >= 0; g = mb_list_find(a, l, o, (uint32_t)g + 1, end))
-			if (try_group(a, ac, (uint32_t)g, cr))
+	for (o = lo < 0 ? 0 : lo; o <= (int)c->max_order; o++)
+		for (g = rrp_list_find(c->e, l, o, from, end); g >= 0;
+		     g = rrp_list_find(c->e, l, o, (uint32_t)g + 1, end))
+			if (try_group(c, (uint32_t)g, cr))
 				return 1;
 	return 0;
 }
@@ -69,50 +115,59 @@ static int scan_lists_range(struct rr_alloc *a, struct mb_ac *ac, enum mb_cr cr,
  * one of its stream stopped, as a linear scan would.  Groups already tried
  * linearly come round again only to be passed over by their summary.
  */
-static int scan_lists(struct rr_alloc *a, struct mb_ac *ac, enum mb_cr cr, int l, int lo)
+static int scan_lists(struct cascade *c, int cr, int l, int lo)
 {
-	uint32_t start = ac->g_ex.group;
-
-	return scan_lists_range(a, ac, cr, l, lo, start, a->ngroups) ||
-	       (start && scan_lists_range(a, ac, cr, l, lo, 0, start));
+	return scan_lists_range(c, cr, l, lo, c->group, c->ngroups) ||
+	       (c->group && scan_lists_range(c, cr, l, lo, 0, c->group));
 }
 
-static int scan_optimized(struct rr_alloc *a, struct mb_ac *ac, enum mb_cr cr)
+static int scan_optimized(struct cascade *c, int cr)
 {
 	int o, min_o;
 
-	if (scan_linear(a, ac, cr, 1 + MB_T(a, mb_max_linear_groups)))
+	if (scan_linear(c, cr, 1 + tunable(c, T_MAX_LINEAR_GROUPS)))
 		return 1;
 	switch (cr) {
-	case CR_POWER2_ALIGNED:
-		return scan_lists(a, ac, cr, MB_LIST_LARGEST, (int)ac->two_order);
-	case CR_GOAL_LEN_FAST:
-		return scan_lists(a, ac, cr, MB_LIST_AVG, mb_avg_order(ac->g_ex.len, 1, a->max_order));
-	case CR_BEST_AVAIL_LEN:
-		o = mb_fls(ac->g_ex.len) - 1;
-		min_o = o - (int)MB_T(a, mb_best_avail_max_trim_order);
+	case RRP_CR_POWER2_ALIGNED:
+		return scan_lists(c, cr, RRP_LIST_LARGEST, (int)c->two_order);
+	case RRP_CR_GOAL_LEN_FAST:
+		return scan_lists(c, cr, RRP_LIST_AVG, avg_order(c, c->len));
+	case RRP_CR_BEST_AVAIL_LEN:
+		o = fls32(c->len) - 1;
+		min_o = o - (int)tunable(c, T_BEST_AVAIL_TRIM);
 		if (min_o < 0)
 			min_o = 0;
-		if ((1u << min_o) < ac->o_ex.len)
-			min_o = mb_fls(ac->o_ex.len);
+		if ((1u << min_o) < c->r->len)
+			min_o = fls32(c->r->len);
 		for (; o >= min_o; o--) {
-			ac->g_ex.len = 1u << o;
-			if (scan_lists(a, ac, cr, MB_LIST_AVG, mb_avg_order(ac->g_ex.len, 1, a->max_order)))
+			rrp_search_goal(c->s, c->goal, 1u << o);
+			if (scan_lists(c, cr, RRP_LIST_AVG, avg_order(c, 1u << o)))
 				return 1;
 		}
-		ac->g_ex.len = ac->orig_goal_len;
+		rrp_search_goal(c->s, c->goal, c->len);
 		return 0;
 	default:
-		return scan_linear(a, ac, cr, a->ngroups);
+		return scan_linear(c, cr, c->ngroups);
 	}
 }
 
-static void regular_choose(struct rr_alloc *a, struct mb_ac *ac)
+static int regular_choose(struct rrp_engine *e, void *priv, const struct rrp_request *r, struct rrp_extent *out)
 {
-	unsigned int i = (unsigned int)mb_fls(ac->g_ex.len) - 1;
-	uint32_t slot = ac->ino % a->nr_last_groups;
-	enum mb_cr cr;
+	struct cascade c = {
+		.e = e,
+		.r = r,
+		.ngroups = rrp_groups(e),
+		.max_order = rrp_max_order(e),
+		.goal = r->goal,
+		.len = r->goal_len,
+	};
+	uint64_t first = rrp_first_data_block(e);
+	int cr;
 
+	(void)priv;
+	c.s = rrp_search_begin(e, c.goal, c.len);
+	if (!c.s)
+		return -1;
 	/*
 	 * A window takes its goal block only where that joins it to the file's
 	 * blocks, as the kernel's normalisation asks.  Elsewhere the goal only
@@ -120,18 +175,19 @@ static void regular_choose(struct rr_alloc *a, struct mb_ac *ac)
 	 * the first block of its flex group's second group just because it is
 	 * free, and a stream searches from its slot's group (below).
 	 */
-	if ((ac->hints & MB_HINT_TRY_GOAL) &&
-	    (!(ac->hints & MB_HINT_WINDOW) || (ac->hints & MB_HINT_MERGE_GOAL)) && mb_find_by_goal(a, ac))
-		return;
+	if ((r->flags & RRP_HAS_GOAL) && (!(r->flags & RRP_WINDOW) || (r->flags & RRP_MERGE_GOAL)) &&
+	    rrp_search_at_goal(c.s))
+		return rrp_search_result(c.s, out);
 	/* Only requests of 2^order2_req blocks or more are worth aligning. */
-	ac->two_order = ((ac->g_ex.len & (ac->g_ex.len - 1)) == 0 && i + 1 >= MB_T(a, mb_order2_req) &&
-			 i <= a->max_order) ? i : 0;
-	if (ac->hints & MB_HINT_STREAM) {
-		ac->g_ex.group = atomic_load(&a->last_groups[slot]) % a->ngroups;
-		ac->g_ex.start = 0;
+	c.two_order = rrp_search_order(c.s);
+	c.group = (uint32_t)((c.goal - first) / rrp_blocks_per_group(e));
+	if (r->flags & RRP_STREAM) {
+		c.group = rrp_stream_group(e, r->ino);
+		c.goal = first + (uint64_t)c.group * rrp_blocks_per_group(e);
+		rrp_search_goal(c.s, c.goal, c.len);
 	}
 	/* A search: have the groups ahead loaded, so the lists know them. */
-	mb_prefetch(a, ac->g_ex.group, a->prefetch);
+	rrp_prefetch(e, c.group);
 	/*
 	 * A file's first window first tries its goal group for any run that
 	 * holds it, before the aligned criterion sends it to an aligned buddy
@@ -148,37 +204,32 @@ static void regular_choose(struct rr_alloc *a, struct mb_ac *ac)
 	 * metadata group (the goal of a file's first window on a fresh image),
 	 * which data leaves alone.
 	 */
-	if ((ac->hints & MB_HINT_FIRST_WINDOW) && ac->two_order && !mb_flex_meta_group(a, ac->g_ex.group)) {
-		ac->cr = CR_GOAL_LEN_FAST;
-		try_group(a, ac, ac->g_ex.group, CR_GOAL_LEN_FAST);
-	}
-	for (cr = ac->two_order ? CR_POWER2_ALIGNED : CR_GOAL_LEN_FAST;
-	     cr < MB_NUM_CRS && ac->status == AC_CONTINUE; cr++) {
+	if ((r->flags & RRP_FIRST_WINDOW) && c.two_order && !rrp_flex_meta_group(e, c.group))
+		try_group(&c, c.group, RRP_CR_GOAL_LEN_FAST);
+	for (cr = c.two_order ? RRP_CR_POWER2_ALIGNED : RRP_CR_GOAL_LEN_FAST;
+	     cr < RRP_NUM_CRS && !rrp_search_done(c.s); cr++) {
 		int done;
 
 		/* Metadata goes straight from the fast pass to the slow one. */
-		if (cr == CR_BEST_AVAIL_LEN && !(ac->hints & MB_HINT_DATA))
+		if (cr == RRP_CR_BEST_AVAIL_LEN && !(r->flags & RRP_DATA))
 			continue;
-		ac->cr = cr;
-		if (MB_T(a, mb_optimize_scan) && cr < CR_GOAL_LEN_SLOW)
-			done = scan_optimized(a, ac, cr);
+		if (tunable(&c, T_OPTIMIZE_SCAN) && cr < RRP_CR_GOAL_LEN_SLOW)
+			done = scan_optimized(&c, cr);
 		else
-			done = scan_linear(a, ac, cr, a->ngroups);
-		if (!done && MB_T(a, mb_stats))
-			atomic_fetch_add(&a->stats.cr_useless[cr], 1);
+			done = scan_linear(&c, cr, c.ngroups);
+		if (!done)
+			rrp_search_exhausted(c.s, cr);
 	}
-	if (ac->b_ex.len) {
-		if (MB_T(a, mb_stats))
-			atomic_fetch_add(&a->stats.cr_hits[ac->cr], 1);
-		/* Kernel 6.17: a stream's blocks came from its slot's group. */
-		if (MB_T(a, mb_stats) && (ac->hints & MB_HINT_STREAM) && ac->b_ex.group == ac->g_ex.group)
-			atomic_fetch_add(&a->stats.stream_goal_hits, 1);
-		if (ac->hints & MB_HINT_STREAM)
-			atomic_store(&a->last_groups[slot], ac->b_ex.group);
-	}
+	if (rrp_search_result(c.s, out))
+		return -1;
+	/* Kernel 6.17: the next stream of this slot starts where this one's blocks came from. */
+	if (r->flags & RRP_STREAM)
+		rrp_set_stream_group(e, r->ino, (uint32_t)((out->start - first) / rrp_blocks_per_group(e)));
+	return 0;
 }
 
-const struct mb_policy mb_policy_regular = {
+const struct rrp_policy rrp_policy_regular = {
+	.abi = RRP_ABI_VERSION,
 	.name = "regular",
 	.choose = regular_choose,
 };

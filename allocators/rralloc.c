@@ -44,7 +44,6 @@
  *
  * It uses only the public policy API (include/rrfuse/policy.h).
  */
-#include "policy.h"
 #include "rrfuse/policy.h"
 
 #include <stdatomic.h>
@@ -110,12 +109,10 @@ found:
 	return 0;
 }
 
-static const struct rrp_policy rrp_policy_rralloc = {
+const struct rrp_policy rrp_policy_rralloc = {
 	.abi = RRP_ABI_VERSION,
 	.name = "rralloc",
 	.init = rralloc_init,
 	.fini = rralloc_fini,
 	.choose = rralloc_choose,
 };
-
-MB_PUBLIC_POLICY(rralloc);

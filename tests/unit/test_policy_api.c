@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The public policy API's services (allocators/mb_plugin.c) on a real
- * image without a mount: what they find is free and where they were asked
- * to look, the geometry is the filesystem's, and the loader refuses what
+ * The public policy API's services (allocators/mb_plugin.c, mb_search.c)
+ * on a real image without a mount: what they find is free and where they
+ * were asked to look, the geometry is the filesystem's, the criteria
+ * search runs in a request as regular's does, and the loader refuses what
  * it cannot load with the reason and leaves the running policy.
  */
 #include "unit.h"
@@ -117,6 +118,105 @@ START_TEST(searches_find_free_runs_where_asked)
 }
 END_TEST
 
+/* ABI 1.1's services: tunables by id, the stream goals, the flex metadata group. */
+START_TEST(tunables_by_id_and_stream_goals)
+{
+	char err[128];
+	int id = rrp_tunable_id("mb_max_to_scan");
+
+	ck_assert_int_ge(id, 0);
+	ck_assert_uint_eq(rrp_tunable_get(E, id), 200);
+	ck_assert_int_eq(rr_alloc_set(a, "mb_max_to_scan", "50", err, sizeof(err)), 0);
+	ck_assert_uint_eq(rrp_tunable_get(E, id), 50);
+	ck_assert_int_eq(rrp_tunable_id("allocator"), -1);
+	ck_assert_int_eq(rrp_tunable_id("nope"), -1);
+	ck_assert_uint_eq(rrp_tunable_get(E, -1), 0);
+	ck_assert_uint_eq(rrp_tunable_get(E, 1000), 0);
+	rrp_set_stream_group(E, 7, 3);
+	ck_assert_uint_eq(rrp_stream_group(E, 7), 3);
+	rrp_set_stream_group(E, 7, rrp_groups(E));
+	ck_assert_uint_eq(rrp_stream_group(E, 7), 3);
+	ck_assert_uint_ge(rrp_max_order(E), 10);
+	ck_assert_int_eq(rrp_flex_meta_group(E, rrp_groups(E)), 0);
+	/* A search only inside a request. */
+	ck_assert_ptr_null(rrp_search_begin(E, 0, 1));
+}
+END_TEST
+
+/*
+ * A policy on the public API that runs the criteria search by hand and
+ * checks it: the goal taken whole when free, not when used; a scan at a
+ * criterion finds a free run of the whole length in the group asked; the
+ * statistics count the criterion's group and hit.  It answers with what it
+ * found, which the engine must take.
+ */
+static struct rrp_extent probe_found;
+static unsigned int probe_runs;
+
+static int probe_choose(struct rrp_engine *e, void *priv, const struct rrp_request *r, struct rrp_extent *out)
+{
+	struct rrp_search *s;
+	struct rrp_extent x;
+
+	(void)priv;
+	(void)r;
+	probe_runs++;
+	ck_assert_int_eq(rrp_find_in_group(e, 2, 0, 64, 64, &x), 0);
+	s = rrp_search_begin(e, x.start, 64);
+	ck_assert_ptr_nonnull(s);
+	ck_assert_uint_eq(rrp_search_order(s), 6);
+	ck_assert_int_ne(rrp_search_at_goal(s), 0);
+	ck_assert_int_ne(rrp_search_done(s), 0);
+	ck_assert_int_eq(rrp_search_result(s, out), 0);
+	ck_assert_uint_eq(out->start, x.start);
+	ck_assert_uint_eq(out->len, 64);
+
+	/* Again, from a used goal: not taken; group 3 at the slow criterion has a whole run. */
+	s = rrp_search_begin(e, ext2fs_inode_table_loc(fs, 0), 64);
+	ck_assert_int_eq(rrp_search_at_goal(s), 0);
+	ck_assert_int_eq(rrp_search_done(s), 0);
+	ck_assert_int_eq(rrp_search_result(s, out), -1);
+	ck_assert_int_eq(rrp_search_good(s, rrp_groups(e), RRP_CR_ANY_FREE), 0);
+	ck_assert_int_eq(rrp_search_good(s, 3, RRP_NUM_CRS), 0);
+	ck_assert_int_ne(rrp_search_good(s, 3, RRP_CR_GOAL_LEN_SLOW), 0);
+	ck_assert_int_ne(rrp_search_scan(s, 3, RRP_CR_GOAL_LEN_SLOW), 0);
+	ck_assert_int_eq(rrp_search_result(s, out), 0);
+	ck_assert_uint_eq(out->len, 64);
+	ck_assert_uint_eq((out->start - rrp_first_data_block(e)) / rrp_blocks_per_group(e), 3);
+	assert_free(out);
+	probe_found = *out;
+	return 0;
+}
+
+static const struct rrp_policy probe_pub = {
+	.abi = RRP_ABI_VERSION, .name = "probe", .choose = probe_choose,
+};
+static const struct mb_policy probe = {
+	.name = "probe", .pub = &probe_pub,
+	.init = mb_plugin_init, .fini = mb_plugin_fini, .choose = mb_plugin_choose,
+};
+
+START_TEST(criteria_search_in_a_public_policy)
+{
+	struct rr_alloc_req meta = { .len = 1, .flags = RR_ALLOC_METADATA };
+	struct rr_extent out;
+	char err[128];
+
+	ck_assert_int_eq(rr_alloc_set(a, "mb_stats", "1", err, sizeof(err)), 0);
+	ck_assert_int_eq(mb_policy_switch(a, &probe, err, sizeof(err)), 0);
+	ck_assert_int_eq(rr_alloc_blocks(a, &meta, &out), 0);
+	ck_assert_uint_eq(probe_runs, 1);
+	/* The engine took the answer, cut to the request's length. */
+	ck_assert_uint_eq(out.pblk, probe_found.start);
+	ck_assert_uint_eq(out.len, 1);
+	ck_assert(ext2fs_test_block_bitmap2(fs->block_map, out.pblk));
+	ck_assert_uint_eq(atomic_load(&a->stats.cr_considered[CR_GOAL_LEN_SLOW]), 1);
+	ck_assert_uint_eq(atomic_load(&a->stats.cr_hits[CR_GOAL_LEN_SLOW]), 1);
+	ck_assert_uint_eq(atomic_load(&a->stats.cr_hits[CR_ANY_FREE]), 0);
+	ck_assert_uint_eq(atomic_load(&a->stats.refused[MB_REFUSE_USED]), 0);
+}
+END_TEST
+
 START_TEST(loader_refuses_with_the_reason)
 {
 	struct rr_alloc_tunables t;
@@ -145,8 +245,9 @@ END_TEST
 static uint64_t answer;
 static unsigned int asked;
 
-static void fixed_choose(struct rr_alloc *x, struct mb_ac *ac)
+static void fixed_choose(struct rr_alloc *x, const struct mb_policy *self, struct mb_ac *ac)
 {
+	(void)self;
 	ac->b_ex.group = (uint32_t)((answer - x->first_data_block) / x->bpg);
 	ac->b_ex.start = (uint32_t)((answer - x->first_data_block) % x->bpg);
 	ac->b_ex.len = 1;
@@ -230,6 +331,8 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, geometry_is_the_filesystems);
 	tcase_add_test(tc, searches_find_free_runs_where_asked);
+	tcase_add_test(tc, tunables_by_id_and_stream_goals);
+	tcase_add_test(tc, criteria_search_in_a_public_policy);
 	tcase_add_test(tc, loader_refuses_with_the_reason);
 	tcase_add_test(tc, guard_refuses_each_kind_then_switches_off);
 	suite_add_tcase(s, tc);
