@@ -103,9 +103,11 @@ static int remove_entry(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext
 /* Add an entry, growing the directory when it is full. */
 static int add_entry(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t ino, int ftype)
 {
-	errcode_t err = ext2fs_link(rfs->fs, dir, name, ino, ftype);
+	errcode_t err;
 	int ret;
 
+	rr_iabsent_clear(rfs, dir);
+	err = ext2fs_link(rfs->fs, dir, name, ino, ftype);
 	if (err != EXT2_ET_DIR_NO_SPACE)
 		return rr_err_ino(err, dir);
 	/* Outgrowing the first block: index it, as ext4 does. */
@@ -254,6 +256,8 @@ int dir_lookup(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t *
 	ret = find(rfs, dir, name, ino);
 	if (!ret)
 		ret = entry_ref(rfs, *ino, ri, in);
+	else if (ret == -ENOENT)
+		rr_iabsent_set(rfs, dir, name);
 	rr_fs_end_op(rfs);
 	return ret;
 }
@@ -349,7 +353,8 @@ static int lock_for_new_entry(struct rr_fs *rfs, ext2_ino_t dir, const char *nam
 	int ret;
 
 	rr_fs_lock(rfs);
-	ret = find(rfs, dir, name, &existing);
+	/* A name the kernel has just looked up (LOOKUP before CREATE): no entry added since. */
+	ret = rr_iabsent_take(rfs, dir, name) ? -ENOENT : find(rfs, dir, name, &existing);
 	if (ret == -ENOENT && !(ret = dir_may_change(rfs, dir, 0)))
 		return 0;
 	rr_fs_end_op(rfs);
