@@ -70,28 +70,39 @@ static int ftype_of(mode_t mode)
 
 /*
  * Look name up in dir; -ENOENT if absent.  Caller holds the fs lock.
- * Through the hash index where there is one (libext2fs only scans).
+ * Through the hash index where there is one (libext2fs only scans); *leaf
+ * is then the block that holds the entry, else 0.
  */
-static int find(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t *ino)
+static int find_leaf(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t *ino, blk64_t *leaf)
 {
-	blk64_t leaf;
 	errcode_t err;
-	int ret = htree_find(rfs, dir, name, ino, &leaf);
+	int ret = htree_find(rfs, dir, name, ino, leaf);
 
 	if (ret != -EAGAIN)
 		return ret;
+	*leaf = 0;
 	err = ext2fs_lookup(rfs->fs, dir, name, (int)strlen(name), NULL, ino);
 	if (err == EXT2_ET_FILE_NOT_FOUND)
 		return -ENOENT;
 	return rr_err_ino(err, dir);
 }
 
-/* Remove name's entry from dir.  Caller holds the fs lock. */
-static int remove_entry(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t ino)
+static int find(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t *ino)
 {
-	ext2_ino_t found;
 	blk64_t leaf;
-	int ret = htree_find(rfs, dir, name, &found, &leaf);
+
+	return find_leaf(rfs, dir, name, ino, &leaf);
+}
+
+/*
+ * Remove name's entry (to ino) from dir.  Caller holds the fs lock.  leaf:
+ * the block find_leaf() found it in, with nothing changed in dir since;
+ * 0 to look again.
+ */
+static int remove_entry(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t ino, blk64_t leaf)
+{
+	ext2_ino_t found = ino;
+	int ret = leaf ? 0 : htree_find(rfs, dir, name, &found, &leaf);
 
 	if (!ret && found == ino)
 		return htree_remove_in_block(rfs, dir, leaf, name);
@@ -551,13 +562,14 @@ static int drop_victim(struct rr_fs *rfs, ext2_ino_t parent, ext2_ino_t ino)
 int dir_unlink(struct rr_fs *rfs, ext2_ino_t dir, const char *name, int isdir)
 {
 	struct ext2_inode_large in;
+	blk64_t leaf;
 	ext2_ino_t ino;
 	int ret = check_name(name);
 
 	if (ret)
 		return ret;
 	rr_fs_lock(rfs);
-	ret = find(rfs, dir, name, &ino);
+	ret = find_leaf(rfs, dir, name, &ino, &leaf);
 	if (!ret)
 		ret = inode_load(rfs, ino, &in);
 	if (!ret)
@@ -579,7 +591,7 @@ int dir_unlink(struct rr_fs *rfs, ext2_ino_t dir, const char *name, int isdir)
 		if (ret)
 			goto out;
 	}
-	ret = remove_entry(rfs, dir, name, ino);
+	ret = remove_entry(rfs, dir, name, ino, leaf);
 	if (!ret)
 		ret = dir_touch(rfs, dir, 0);
 	if (!ret)
@@ -711,7 +723,7 @@ int dir_rename(struct rr_fs *rfs, ext2_ino_t odir, const char *oname, ext2_ino_t
 	}
 	if (ret)
 		goto out;
-	ret = wh ? set_entry(rfs, odir, oname, wh, EXT2_FT_CHRDEV) : remove_entry(rfs, odir, oname, src);
+	ret = wh ? set_entry(rfs, odir, oname, wh, EXT2_FT_CHRDEV) : remove_entry(rfs, odir, oname, src, 0);
 	if (!ret)
 		wh = 0;		/* linked: kept */
 	if (!ret && sdir && odir != ndir) {

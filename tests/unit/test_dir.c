@@ -4,8 +4,10 @@
  * A lookup that finds a name absent keeps it, so that the create the
  * kernel sends next need not look again; every way an entry is added to
  * the directory (a create, a link, a rename into it, a symlink) must make
- * the next create of that name see it and refuse with EEXIST.  On an image
- * rr_fs_open mounts as rrfuse does, with e2fsck -fn after.
+ * the next create of that name see it and refuse with EEXIST.  And an
+ * unlink removes the entry from the block its lookup found it in, linear
+ * or indexed.  On an image rr_fs_open mounts as rrfuse does, with e2fsck
+ * -fn after.
  */
 #include "unit.h"
 
@@ -128,17 +130,35 @@ START_TEST(every_new_entry_forgets_it)
 }
 END_TEST
 
+static void name_of(char *name, size_t size, int i)
+{
+	snprintf(name, size, "%s%04d", i % 2 ? "a-rather-longer-name-than-the-memo-keeps-" : "n", i);
+}
+
 START_TEST(past_the_first_block)
 {
 	struct rr_fs *rfs = open_fs();
+	struct ext2_inode_large in;
+	struct rr_inode *ri = NULL;
+	ext2_ino_t ino;
 	char name[64];
 
 	/* Through the indexing of the directory (htree_index_dir) and its growth. */
 	for (int i = 0; i < 600; i++) {
-		snprintf(name, sizeof(name), "%s%04d", i % 2 ? "a-rather-longer-name-than-the-memo-keeps-" : "n", i);
+		name_of(name, sizeof(name), i);
 		absent(rfs, EXT2_ROOT_INO, name);
 		ck_assert_int_gt(make(rfs, EXT2_ROOT_INO, name, S_IFREG | 0644), 0);
 		ck_assert_int_eq(make(rfs, EXT2_ROOT_INO, name, S_IFREG | 0644), -EEXIST);
+		/* The first few while the directory is one linear block, the rest indexed. */
+		if (i % 3 == 0 && (i < 30 || i > 300)) {
+			ck_assert_int_eq(dir_unlink(rfs, EXT2_ROOT_INO, name, 0), 0);
+			absent(rfs, EXT2_ROOT_INO, name);
+		}
+	}
+	for (int i = 0; i < 600; i++) {
+		name_of(name, sizeof(name), i);
+		ck_assert_int_eq(dir_lookup(rfs, EXT2_ROOT_INO, name, &ino, &ri, &in),
+				 i % 3 == 0 && (i < 30 || i > 300) ? -ENOENT : 0);
 	}
 	close_fs(rfs);
 }
