@@ -233,6 +233,13 @@ static void print_requests(const struct rrctl_stats *s)
 		       (unsigned long long)s->ring_requests, total - s->ring_requests);
 	else
 		printf("transport: /dev/fuse; %llu requests over /dev/fuse\n", total);
+	/* What the daemon spent on each, beside the kernel's round trip: the mean, in microseconds. */
+	printf("request time:");
+	for (i = 0, total = 0; i < RRCTL_NREQ; i++)
+		if (s->requests[i] && s->request_ns[i])
+			printf("%s %s %.1f us", total++ ? "," : "", req_names[i] ? req_names[i] : "other",
+			       (double)s->request_ns[i] / 1e3 / (double)s->requests[i]);
+	printf("\n");
 }
 
 /*

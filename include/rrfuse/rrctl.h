@@ -116,6 +116,12 @@ struct rrctl_stats {
 	 */
 	uint64_t refused[RRCTL_NREFUSE];
 	uint64_t policies_off;
+	/*
+	 * Time from reading each request to writing its reply, by opcode (of
+	 * requests[]; requests with no reply, FORGET, count none), in ns: what
+	 * the daemon spends on a request beside the kernel's round trip.
+	 */
+	uint64_t request_ns[RRCTL_NREQ];
 };
 
 /*

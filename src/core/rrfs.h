@@ -129,6 +129,13 @@ struct rr_inode {
 	 * inode, 0 none since loaded.  Under the fs lock and itab.lock.
 	 */
 	uint32_t ialloc_last;
+	/*
+	 * A directory's name a lookup found absent, "" none (a longer name is
+	 * not kept): the kernel looks up every name before it creates it, and
+	 * the create that follows need not look again.  Any entry added to
+	 * the directory clears it.  Under the fs lock.
+	 */
+	char absent[32];
 };
 
 /*
@@ -201,6 +208,7 @@ struct rr_fs {
 	int killpriv_v2;	/* rrfuse drops set-id bits itself (set at INIT: src/fuse/channel.c) */
 	int splice;		/* reads are spliced (set at INIT) */
 	const _Atomic uint64_t *requests;	/* [RRCTL_NREQ] by opcode (src/fuse/channel.c), or NULL */
+	const _Atomic uint64_t *request_ns;	/* [RRCTL_NREQ] time to the reply, likewise */
 	const struct rr_ring_stats *ring;	/* requests over io_uring (src/fuse/uring.c), or NULL */
 	struct jw *jw;		/* the journal writer (src/core/journaling.c), set and cleared under the fs lock */
 	/*
@@ -321,6 +329,14 @@ struct rr_inode *rr_ifind(struct rr_fs *rfs, ext2_ino_t ino);
 struct rr_inode *rr_ipin(struct rr_fs *rfs, ext2_ino_t ino);
 void rr_iunpin(struct rr_fs *rfs, struct rr_inode *ri);
 void rr_ixattr_changed(struct rr_fs *rfs, ext2_ino_t ino);
+/*
+ * Directory dir's absent name (rr_inode.absent), if dir is in memory; the
+ * fs lock held.  Keep name as absent; 1 if name is the one kept (which is
+ * then forgotten); forget it (an entry is being added).
+ */
+void rr_iabsent_set(struct rr_fs *rfs, ext2_ino_t dir, const char *name);
+int rr_iabsent_take(struct rr_fs *rfs, ext2_ino_t dir, const char *name);
+void rr_iabsent_clear(struct rr_fs *rfs, ext2_ino_t dir);
 unsigned int rr_iguard(struct rr_fs *rfs, ext2_ino_t ino);
 void rr_iput(struct rr_fs *rfs, struct rr_inode *ri, uint64_t nlookup, int close);
 uint64_t rr_idelayed(struct rr_fs *rfs, ext2_ino_t ino, uint64_t *size);

@@ -39,6 +39,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 static struct {
@@ -49,12 +50,55 @@ static struct {
 	_Atomic uint64_t init_unique;
 	int init_killpriv_v2;
 	_Atomic uint64_t requests[RRCTL_NREQ];	/* by opcode, for rrctl -s */
+	_Atomic uint64_t request_ns[RRCTL_NREQ];	/* time from the request to its reply, likewise */
 } chan;
 
 /* The current request's marks; see chan_req_kills_suidgid and chan_req_is_direct_write. */
 #define CHAN_KILL_SUIDGID 1
 #define CHAN_DIRECT_WRITE 2
 static __thread int chan_mark;
+
+/*
+ * The request this thread serves, from its reading to its reply (the
+ * thread that reads a request handles it, on /dev/fuse and on the ring):
+ * its unique id (0: none), its opcode's counter, when it was read.
+ */
+static __thread struct {
+	uint64_t unique;
+	unsigned int op;
+	struct timespec t0;
+} chan_cur;
+
+static unsigned int op_index(uint32_t opcode)
+{
+	return opcode < RRCTL_NREQ ? opcode : RRCTL_NREQ - 1;
+}
+
+/* What this thread writes: the reply to the request it serves, or else a notification (unique 0). */
+static void note_reply(uint64_t unique)
+{
+	struct timespec t;
+
+	if (!chan_cur.unique || unique != chan_cur.unique)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	atomic_fetch_add_explicit(&chan.request_ns[chan_cur.op],
+				  (uint64_t)((t.tv_sec - chan_cur.t0.tv_sec) * 1000000000LL +
+					     (t.tv_nsec - chan_cur.t0.tv_nsec)),
+				  memory_order_relaxed);
+	chan_cur.unique = 0;
+}
+
+/* The unique id in the header iov[0], if it is one (0 otherwise, as a notification's). */
+static uint64_t reply_unique(const struct iovec *iov, int count)
+{
+	const struct fuse_out_header *out;
+
+	if (count < 1 || iov[0].iov_len != sizeof(*out))
+		return 0;
+	out = iov[0].iov_base;
+	return out->unique;
+}
 
 int chan_req_kills_suidgid(void)
 {
@@ -83,12 +127,15 @@ static void note_request(const void *buf, ssize_t len)
 	const struct fuse_init_in *init;
 
 	chan_mark = 0;
+	chan_cur.unique = 0;
 	rr_set_req_pid(0);
 	if ((size_t)len < sizeof(*h))
 		return;
 	rr_set_req_pid(h->pid);
-	atomic_fetch_add_explicit(&chan.requests[h->opcode < RRCTL_NREQ ? h->opcode : RRCTL_NREQ - 1], 1,
-				  memory_order_relaxed);
+	atomic_fetch_add_explicit(&chan.requests[op_index(h->opcode)], 1, memory_order_relaxed);
+	chan_cur.unique = h->unique;
+	chan_cur.op = op_index(h->opcode);
+	clock_gettime(CLOCK_MONOTONIC, &chan_cur.t0);
 	switch (h->opcode) {
 	case FUSE_WRITE:
 		if (!(w = request_arg(buf, len, sizeof(*w))))
@@ -124,6 +171,7 @@ static ssize_t send_reply(int fd, struct iovec *iov, int count)
 {
 	ssize_t r;
 
+	note_reply(reply_unique(iov, count));
 	return uring_send(iov, count, &r) ? r : writev(fd, iov, count);
 }
 
@@ -189,6 +237,7 @@ static ssize_t chan_writev(int fd, struct iovec *iov, int count, void *userdata)
 	int ring;
 
 	(void)userdata;
+	note_reply(reply_unique(iov, count));
 	if (uring_send(iov, count, &r))
 		return r;
 	amend_init_reply(iov, count);
@@ -207,6 +256,7 @@ static ssize_t chan_splice_send(int fdin, off_t *offin, int fdout, off_t *offout
 	ssize_t r;
 
 	(void)userdata;
+	note_reply(chan_cur.unique);	/* a reply: rrfuse sends no notification that libfuse splices */
 	if (uring_send_pipe(fdin, len, &r))
 		return r;
 	return splice(fdin, offin, fdout, offout, len, flags);
@@ -234,6 +284,7 @@ int chan_attach(struct fuse_session *se, struct rr_fs *rfs)
 	chan.se = se;
 	chan.fd = fuse_session_fd(se);
 	rfs->requests = chan.requests;
+	rfs->request_ns = chan.request_ns;
 	rfs->ring = uring_stats();
 	if (rfs->opts.io_uring && rfs->opts.single)
 		rr_log(LOG_NOTICE, "io_uring: not with -s (one thread serves every request); requests stay "

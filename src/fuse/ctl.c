@@ -23,8 +23,10 @@ static void ctl_io_stats(struct rr_fs *rfs, struct rrctl_stats *s)
 	struct io_cache_stats c;
 	struct io_dev_stats d;
 
-	for (size_t i = 0; rfs->requests && i < RRCTL_NREQ; i++)
+	for (size_t i = 0; rfs->requests && i < RRCTL_NREQ; i++) {
 		s->requests[i] = atomic_load_explicit(&rfs->requests[i], memory_order_relaxed);
+		s->request_ns[i] = atomic_load_explicit(&rfs->request_ns[i], memory_order_relaxed);
+	}
 	if (rfs->ring) {
 		s->ring_requests = atomic_load_explicit(&rfs->ring->requests, memory_order_relaxed);
 		s->ring_entries = atomic_load_explicit(&rfs->ring->entries, memory_order_relaxed);

@@ -70,28 +70,39 @@ static int ftype_of(mode_t mode)
 
 /*
  * Look name up in dir; -ENOENT if absent.  Caller holds the fs lock.
- * Through the hash index where there is one (libext2fs only scans).
+ * Through the hash index where there is one (libext2fs only scans); *leaf
+ * is then the block that holds the entry, else 0.
  */
-static int find(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t *ino)
+static int find_leaf(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t *ino, blk64_t *leaf)
 {
-	blk64_t leaf;
 	errcode_t err;
-	int ret = htree_find(rfs, dir, name, ino, &leaf);
+	int ret = htree_find(rfs, dir, name, ino, leaf);
 
 	if (ret != -EAGAIN)
 		return ret;
+	*leaf = 0;
 	err = ext2fs_lookup(rfs->fs, dir, name, (int)strlen(name), NULL, ino);
 	if (err == EXT2_ET_FILE_NOT_FOUND)
 		return -ENOENT;
 	return rr_err_ino(err, dir);
 }
 
-/* Remove name's entry from dir.  Caller holds the fs lock. */
-static int remove_entry(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t ino)
+static int find(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t *ino)
 {
-	ext2_ino_t found;
 	blk64_t leaf;
-	int ret = htree_find(rfs, dir, name, &found, &leaf);
+
+	return find_leaf(rfs, dir, name, ino, &leaf);
+}
+
+/*
+ * Remove name's entry (to ino) from dir.  Caller holds the fs lock.  leaf:
+ * the block find_leaf() found it in, with nothing changed in dir since;
+ * 0 to look again.
+ */
+static int remove_entry(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t ino, blk64_t leaf)
+{
+	ext2_ino_t found = ino;
+	int ret = leaf ? 0 : htree_find(rfs, dir, name, &found, &leaf);
 
 	if (!ret && found == ino)
 		return htree_remove_in_block(rfs, dir, leaf, name);
@@ -103,9 +114,11 @@ static int remove_entry(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext
 /* Add an entry, growing the directory when it is full. */
 static int add_entry(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t ino, int ftype)
 {
-	errcode_t err = ext2fs_link(rfs->fs, dir, name, ino, ftype);
+	errcode_t err;
 	int ret;
 
+	rr_iabsent_clear(rfs, dir);
+	err = ext2fs_link(rfs->fs, dir, name, ino, ftype);
 	if (err != EXT2_ET_DIR_NO_SPACE)
 		return rr_err_ino(err, dir);
 	/* Outgrowing the first block: index it, as ext4 does. */
@@ -254,6 +267,8 @@ int dir_lookup(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t *
 	ret = find(rfs, dir, name, ino);
 	if (!ret)
 		ret = entry_ref(rfs, *ino, ri, in);
+	else if (ret == -ENOENT)
+		rr_iabsent_set(rfs, dir, name);
 	rr_fs_end_op(rfs);
 	return ret;
 }
@@ -349,7 +364,8 @@ static int lock_for_new_entry(struct rr_fs *rfs, ext2_ino_t dir, const char *nam
 	int ret;
 
 	rr_fs_lock(rfs);
-	ret = find(rfs, dir, name, &existing);
+	/* A name the kernel has just looked up (LOOKUP before CREATE): no entry added since. */
+	ret = rr_iabsent_take(rfs, dir, name) ? -ENOENT : find(rfs, dir, name, &existing);
 	if (ret == -ENOENT && !(ret = dir_may_change(rfs, dir, 0)))
 		return 0;
 	rr_fs_end_op(rfs);
@@ -546,13 +562,14 @@ static int drop_victim(struct rr_fs *rfs, ext2_ino_t parent, ext2_ino_t ino)
 int dir_unlink(struct rr_fs *rfs, ext2_ino_t dir, const char *name, int isdir)
 {
 	struct ext2_inode_large in;
+	blk64_t leaf;
 	ext2_ino_t ino;
 	int ret = check_name(name);
 
 	if (ret)
 		return ret;
 	rr_fs_lock(rfs);
-	ret = find(rfs, dir, name, &ino);
+	ret = find_leaf(rfs, dir, name, &ino, &leaf);
 	if (!ret)
 		ret = inode_load(rfs, ino, &in);
 	if (!ret)
@@ -574,7 +591,7 @@ int dir_unlink(struct rr_fs *rfs, ext2_ino_t dir, const char *name, int isdir)
 		if (ret)
 			goto out;
 	}
-	ret = remove_entry(rfs, dir, name, ino);
+	ret = remove_entry(rfs, dir, name, ino, leaf);
 	if (!ret)
 		ret = dir_touch(rfs, dir, 0);
 	if (!ret)
@@ -706,7 +723,7 @@ int dir_rename(struct rr_fs *rfs, ext2_ino_t odir, const char *oname, ext2_ino_t
 	}
 	if (ret)
 		goto out;
-	ret = wh ? set_entry(rfs, odir, oname, wh, EXT2_FT_CHRDEV) : remove_entry(rfs, odir, oname, src);
+	ret = wh ? set_entry(rfs, odir, oname, wh, EXT2_FT_CHRDEV) : remove_entry(rfs, odir, oname, src, 0);
 	if (!ret)
 		wh = 0;		/* linked: kept */
 	if (!ret && sdir && odir != ndir) {

@@ -43,8 +43,8 @@ GROUP_FIELDS = 4 + 18
 GROUPS_HDR = struct.Struct("<IIiIIIII")
 GROUPS_SIZE = GROUPS_HDR.size + 128 * GROUP_FIELDS * 4
 # counters, the cache's, the device's, requests, forgotten; the ring's (a count, four uint32);
-# the policy checks' (refused by kind, policies switched off)
-STATS_SIZE = 4 * 4 + 8 * (14 + 4 * 5 + 7 + 6 + 1 + 64 + 1) + 8 + 4 * 4 + 8 * (4 + 1)
+# the policy checks' (refused by kind, policies switched off); the requests' time by opcode
+STATS_SIZE = 4 * 4 + 8 * (14 + 4 * 5 + 7 + 6 + 1 + 64 + 1) + 8 + 4 * 4 + 8 * (4 + 1) + 8 * 64
 
 
 def iowr(nr, size):
@@ -311,16 +311,17 @@ STATS_OFF = ("mballoc:\n\tmb stats collection turned off.\n"
 
 
 def allocator_stats(mnt):
-    """rrctl -s without its last five lines, the policy checks'
+    """rrctl -s without its last six lines, the policy checks'
     (test_policy_guard.py), the metadata cache's, the device's (test_cache.py
-    reads those), the requests' (test_killpriv.py) and their transport's
-    (test_uring.py)."""
+    reads those), the requests' (test_killpriv.py), their transport's
+    (test_uring.py) and their time's."""
     out = rrctl(mnt, "-s").stdout
-    assert out.splitlines()[-5].startswith("policy answers refused: "), out
-    assert out.splitlines()[-4].startswith("metadata cache: "), out
-    assert out.splitlines()[-3].startswith("device: "), out
-    assert out.splitlines()[-2].startswith("requests: "), out
-    assert out.splitlines()[-1].startswith("transport: "), out
+    assert out.splitlines()[-6].startswith("policy answers refused: "), out
+    assert out.splitlines()[-5].startswith("metadata cache: "), out
+    assert out.splitlines()[-4].startswith("device: "), out
+    assert out.splitlines()[-3].startswith("requests: "), out
+    assert out.splitlines()[-2].startswith("transport: "), out
+    assert out.splitlines()[-1].startswith("request time:"), out
     return out[:out.rindex("policy answers refused: ")]
 STATS_KEYS = (["reqs", "success", "groups_scanned"] +
               [k for cr in ("p2_aligned", "goal_fast", "best_avail", "goal_slow", "any_free")

@@ -14,7 +14,9 @@
  * Usage as rrbench mounts a daemon: fusefloor IMAGE MOUNTPOINT [-f] [-o ...];
  * "-o no_writeback_cache" on its own turns the writeback cache off, and
  * "-o io_uring" carries the requests over io_uring (rrfuse's src/fuse/uring.c),
- * as they do for rrfuse.
+ * as they do for rrfuse, and "-o counts=FILE" writes how many requests of
+ * each opcode came, "OPCODE COUNT" a line, to FILE at the end (what rrctl -s
+ * counts for rrfuse).
  * IMAGE is not opened: it is taken so that the command line is rrfuse's.
  * Not a file system to keep anything in.
  */
@@ -23,6 +25,8 @@
 #include "uring.h"
 
 #include <errno.h>
+#include <linux/fuse.h>
+#include <stdatomic.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -52,6 +56,9 @@ static struct node *nodes;	/* by inode number; 0 unused, 1 the root */
 static size_t nnodes, cap;
 static uint32_t buckets[FLOOR_BUCKETS];
 static int no_writeback;	/* -o no_writeback_cache, as rrfuse's */
+/* Requests by opcode (the last counts the rest), written to -o counts=FILE at the end. */
+#define FLOOR_NOPS 64
+static _Atomic unsigned long long op_count[FLOOR_NOPS];
 
 static uint32_t name_hash(fuse_ino_t parent, const char *name)
 {
@@ -439,14 +446,46 @@ static const struct fuse_lowlevel_ops floor_ops = {
 	.getxattr = floor_getxattr, .listxattr = floor_listxattr,
 };
 
+static void count_request(const void *buf, size_t len)
+{
+	const struct fuse_in_header *h = buf;
+
+	if (len >= sizeof(*h))
+		atomic_fetch_add_explicit(&op_count[h->opcode < FLOOR_NOPS ? h->opcode : FLOOR_NOPS - 1], 1,
+					  memory_order_relaxed);
+}
+
+/* A ring request: counted, then libfuse's. */
+static int floor_take(const void *req, size_t len)
+{
+	count_request(req, len);
+	return 0;
+}
+
+static void write_counts(const char *path)
+{
+	FILE *f = fopen(path, "w");
+
+	if (!f) {
+		perror(path);
+		return;
+	}
+	for (int i = 0; i < FLOOR_NOPS; i++)
+		if (op_count[i])
+			fprintf(f, "%d %llu\n", i, (unsigned long long)op_count[i]);
+	fclose(f);
+}
+
 /* /dev/fuse as libfuse would use it, but for the ring's INIT offer and replies (src/fuse/uring.c). */
 static ssize_t floor_dev_read(int fd, void *buf, size_t len, void *userdata)
 {
 	ssize_t n = read(fd, buf, len);
 
 	(void)userdata;
-	if (n > 0)
+	if (n > 0) {
+		count_request(buf, (size_t)n);
 		uring_note_init(buf, (size_t)n);
+	}
 	return n;
 }
 
@@ -472,7 +511,7 @@ int main(int argc, char **argv)
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct fuse_loop_config *cfg;
 	struct fuse_session *se;
-	const char *mnt = NULL;
+	const char *mnt = NULL, *counts = NULL;
 	int positional = 0, r = 1, ring = 0;
 
 	fuse_opt_add_arg(&args, argv[0]);
@@ -485,6 +524,8 @@ int main(int argc, char **argv)
 		} else if (!strcmp(argv[i], "-o") && i + 1 < argc && !strcmp(argv[i + 1], "io_uring")) {
 			ring = 1;
 			i++;
+		} else if (!strcmp(argv[i], "-o") && i + 1 < argc && !strncmp(argv[i + 1], "counts=", 7)) {
+			counts = argv[++i] + 7;
 		} else if (!strcmp(argv[i], "-o") && i + 1 < argc) {
 			fuse_opt_add_arg(&args, "-o");
 			fuse_opt_add_arg(&args, argv[++i]);
@@ -498,7 +539,7 @@ int main(int argc, char **argv)
 	}
 	if (!mnt) {
 		fprintf(stderr, "usage: fusefloor IMAGE MOUNTPOINT [-f] [-o no_writeback_cache] [-o io_uring] "
-				"[-o FUSE-OPTIONS]\n"
+				"[-o counts=FILE] [-o FUSE-OPTIONS]\n"
 				"  (IMAGE is not opened; nothing written is kept)\n");
 		return 2;
 	}
@@ -512,10 +553,9 @@ int main(int argc, char **argv)
 		goto out;
 	if (fuse_set_signal_handlers(se) || fuse_session_mount(se, mnt))
 		goto out_se;
-	if (ring) {
-		uring_configure(se, NULL);
-		fuse_session_custom_io(se, &floor_io, fuse_session_fd(se));
-	}
+	if (ring)
+		uring_configure(se, floor_take);
+	fuse_session_custom_io(se, &floor_io, fuse_session_fd(se));
 	cfg = fuse_loop_cfg_create();
 	if (cfg) {
 		fuse_loop_cfg_set_max_threads(cfg, 16);
@@ -525,6 +565,8 @@ int main(int argc, char **argv)
 	}
 	fuse_session_unmount(se);
 	uring_stop();
+	if (counts)
+		write_counts(counts);
 	fuse_remove_signal_handlers(se);
 out_se:
 	fuse_session_destroy(se);
