@@ -35,7 +35,7 @@
  *
  * Leaves, taken with any of the above held and holding nothing inside:
  * the error record's lock (src/core/error.c), the block trace's (src/io/trace.c),
- * the delayed-data buffer pool's (src/data/dbuf.c).  commit_lock guards only the
+ * the delayed-data buffer pool's (src/core/dbuf.c).  commit_lock guards only the
  * commit thread's sleep; it is dropped before the thread commits.  This
  * list is the whole order: a new lock gets its line here.
  */

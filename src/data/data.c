@@ -29,7 +29,7 @@
  */
 #include "error.h"
 #include "rrfs.h"
-#include "io/dev.h"
+#include "dev.h"
 #include "log.h"
 
 #include <errno.h>

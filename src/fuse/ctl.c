@@ -6,8 +6,8 @@
  * formats it.
  */
 #include "ctl.h"
-#include "io/cache.h"
-#include "io/dev.h"
+#include "cache.h"
+#include "dev.h"
 #include "log.h"
 #include "rrfs.h"
 #include "uring.h"

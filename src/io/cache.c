@@ -38,10 +38,10 @@
  * record the error, and may write the superblock through this cache) run
  * after it is released.
  */
-#include "io/cache.h"
-#include "io/fail.h"
-#include "io/layer.h"
-#include "io/sum.h"
+#include "cache.h"
+#include "fail.h"
+#include "layer.h"
+#include "sum.h"
 
 #include <errno.h>
 #include <pthread.h>

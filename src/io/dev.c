@@ -9,8 +9,8 @@
  * unix_io: its block cache is not safe against the data path writing the
  * same device from other threads.
  */
-#include "io/dev.h"
-#include "io/layer.h"
+#include "dev.h"
+#include "layer.h"
 #include "log.h"
 #include "trace.h"
 

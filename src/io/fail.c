@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /* rr_fail: fault injection stacked on the device manager (see fail.h). */
-#include "io/fail.h"
-#include "io/dev.h"
-#include "io/layer.h"
-#include "io/record.h"
+#include "fail.h"
+#include "dev.h"
+#include "layer.h"
+#include "record.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 /* The I/O stack's common parts (see layer.h). */
-#include "io/layer.h"
-#include "io/cache.h"
-#include "io/dev.h"
-#include "io/fail.h"
-#include "io/record.h"
+#include "layer.h"
+#include "cache.h"
+#include "dev.h"
+#include "fail.h"
+#include "record.h"
 
 #include <string.h>
 

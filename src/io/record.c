@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /* rr_record: the write recorder stacked on the device manager (see record.h). */
-#include "io/record.h"
-#include "io/dev.h"
-#include "io/layer.h"
+#include "record.h"
+#include "dev.h"
+#include "layer.h"
 #include "log.h"
 
 #include <errno.h>

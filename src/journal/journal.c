@@ -5,8 +5,8 @@
  * in the log or a superblock that contradicts itself is refused, with the
  * reason, before recovery reads a single log block.
  */
-#include "journal/journal.h"
-#include "io/layer.h"
+#include "journal.h"
+#include "layer.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -4,8 +4,8 @@
  * logged copies of the metadata blocks, then the commit block (writer.h
  * states the scheme and its ordering rules).
  */
-#include "journal/writer.h"
-#include "journal/journal.h"
+#include "writer.h"
+#include "journal.h"
 
 #include <errno.h>
 #include <signal.h>
