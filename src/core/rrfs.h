@@ -67,7 +67,8 @@ struct rr_ext {
 
 struct rr_emap {
 	struct rr_ext *v;
-	uint32_t n, cap;
+	uint32_t n;
+	size_t cap;
 };
 
 struct rr_inode {
@@ -172,7 +173,7 @@ struct rr_fs {
 	/* Read-mostly after mount: geometry, options, handles. */
 	const struct rr_data_hooks *hooks;
 	ext2_filsys fs;
-	io_channel dev;		/* the top of the I/O stack, for the data path (io/dev.h: io_data_*) */
+	io_channel dev;		/* the top of the I/O stack, for the data path (src/io/dev.h: io_data_*) */
 	unsigned int bsize;
 	unsigned int bbits;
 	atomic_int ro;		/* set at mount; errors=remount-ro sets it later */

@@ -82,6 +82,25 @@ errcode_t io_stacked_new(io_manager m, io_channel lower, size_t size, io_channel
 	return 0;
 }
 
+errcode_t io_stacked_open(io_manager m, io_manager below, const char *name, int flags, int wanted,
+			  size_t size, io_channel *out)
+{
+	io_channel lower;
+	errcode_t err;
+
+	err = below->open(name, flags, &lower);
+	if (err)
+		return err;
+	if (!wanted) {
+		*out = lower;
+		return 0;
+	}
+	err = io_stacked_new(m, lower, size, out);
+	if (err)
+		io_channel_close(lower);
+	return err;
+}
+
 errcode_t io_stacked_set_option(io_channel ch, const char *option, const char *arg)
 {
 	io_channel lower = ((struct io_layer *)ch->private_data)->lower;

@@ -11,6 +11,7 @@
 #include "log.h"
 #include "htree.h"
 #include "xattr.h"
+#include "rrfuse/grow.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -131,9 +132,7 @@ static int set_entry_cb(struct ext2_dir_entry *de, int offset, int blocksize, ch
 {
 	struct set_entry_ctx *c = priv;
 
-	(void)offset;
-	(void)blocksize;
-	(void)buf;
+	(void)offset, (void)blocksize, (void)buf;
 	if (!de->inode || (size_t)ext2fs_dirent_name_len(de) != c->len ||
 	    memcmp(de->name, c->name, c->len))
 		return 0;
@@ -159,9 +158,7 @@ static int empty_cb(struct ext2_dir_entry *de, int offset, int blocksize, char *
 {
 	int len = ext2fs_dirent_name_len(de);
 
-	(void)offset;
-	(void)blocksize;
-	(void)buf;
+	(void)offset, (void)blocksize, (void)buf;
 	if (!de->inode)
 		return 0;
 	if ((len == 1 && de->name[0] == '.') || (len == 2 && de->name[0] == '.' && de->name[1] == '.'))
@@ -741,20 +738,11 @@ static int list_cb(struct ext2_dir_entry *de, int offset, int blocksize, char *b
 	};
 	int ft = ext2fs_dirent_file_type(de);
 
-	(void)offset;
-	(void)blocksize;
-	(void)buf;
+	(void)offset, (void)blocksize, (void)buf;
 	if (!de->inode)
 		return 0;
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 64;
-		struct rr_dirent *v = realloc(l->v, cap * sizeof(*v));
-
-		if (!v)
-			return DIRENT_ABORT;
-		l->v = v;
-		l->cap = cap;
-	}
+	if (rr_grow(&l->v, sizeof(*l->v), &l->cap, l->n + 1, 64))
+		return DIRENT_ABORT;
 	l->v[l->n].name = strndup(de->name, (size_t)len);
 	if (!l->v[l->n].name)
 		return DIRENT_ABORT;
