@@ -1482,6 +1482,7 @@ static int ac_use(struct rr_alloc *a, struct mb_ac *ac, int make_pa, struct rr_e
 	struct mb_pa *pa = NULL, *old = NULL;
 	pthread_mutex_t *owner = NULL;
 	uint64_t off = 0;
+	uint32_t made;
 	int lg = (ac->hints & MB_HINT_GROUP_ALLOC) != 0, ret;
 
 	if (make_pa && blen > ac->o_ex.len)
@@ -1522,6 +1523,8 @@ static int ac_use(struct rr_alloc *a, struct mb_ac *ac, int make_pa, struct rr_e
 		map_set_range(pa->taken, (uint32_t)off, out->len);
 		owner = ino_lock(a, pa->ino);
 	}
+	/* Counted as made: once listed, other requests take from it. */
+	made = pa->free;
 	pthread_mutex_lock(owner);
 	ret = grab_locked(a, ac);
 	if (ret) {
@@ -1541,7 +1544,7 @@ static int ac_use(struct rr_alloc *a, struct mb_ac *ac, int make_pa, struct rr_e
 	}
 	pthread_mutex_unlock(owner);
 	atomic_fetch_add(&a->pa_count, 1);
-	STAT_ADD(a, preallocated, pa->free);
+	STAT_ADD(a, preallocated, made);
 	pa_release_list(a, old);
 	return 0;
 }
