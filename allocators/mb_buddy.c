@@ -74,16 +74,24 @@ int mb_buddy_test(const struct mb_buddy *b, uint32_t blk)
 	return blk >= b->nblocks || mb_bit_test(b->bits[0], blk);
 }
 
+/* The order of the largest chunk that starts at start (aligned to it) and fits in len (> 0). */
+static unsigned int chunk_order(const struct mb_buddy *b, uint32_t start, uint32_t len)
+{
+	unsigned int k = start ? (unsigned int)__builtin_ctz(start) : b->max_order;
+
+	if (k > b->max_order)
+		k = b->max_order;
+	while ((1u << k) > len)
+		k--;
+	return k;
+}
+
 /* Record [start, start+len) (order-0 bits already clear) as maximal chunks. */
 static void add_free_chunks(struct mb_buddy *b, uint32_t start, uint32_t len)
 {
 	while (len) {
-		unsigned int k = start ? (unsigned int)__builtin_ctz(start) : b->max_order;
+		unsigned int k = chunk_order(b, start, len);
 
-		if (k > b->max_order)
-			k = b->max_order;
-		while ((1u << k) > len)
-			k--;
 		if (k)
 			mb_bit_clear(b->bits[k], start >> k);
 		b->counters[k]++;
@@ -219,12 +227,8 @@ int mb_buddy_free(struct mb_buddy *b, uint32_t start, uint32_t len)
 	b->fragments += nf == 0 ? 1 : nf == 2 ? (uint32_t)-1 : 0;
 	b->free += len;
 	while (left) {
-		unsigned int k = cur ? (unsigned int)__builtin_ctz(cur) : b->max_order;
+		unsigned int k = chunk_order(b, cur, left);
 
-		if (k > b->max_order)
-			k = b->max_order;
-		while ((1u << k) > left)
-			k--;
 		free_chunk(b, cur, k);
 		cur += 1u << k;
 		left -= 1u << k;

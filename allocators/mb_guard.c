@@ -23,6 +23,7 @@
  * visible in the allocator tunable at the next rrctl command).
  */
 #include "mballoc.h"
+#include "rrfuse/grow.h"
 #include "policy.h"
 
 #include <errno.h>
@@ -53,18 +54,9 @@ static int meta_add(struct meta_list *l, uint64_t blk, uint64_t len)
 		last->len += (uint32_t)len;
 		return 0;
 	}
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? 2 * l->cap : 256;
-		struct rr_extent *v = realloc(l->v, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		l->v = v;
-		l->cap = cap;
-	}
-	l->v[l->n].pblk = blk;
-	l->v[l->n].len = (uint32_t)len;
-	l->n++;
+	if (rr_grow(&l->v, sizeof(*l->v), &l->cap, l->n + 1, 256))
+		return -ENOMEM;
+	l->v[l->n++] = (struct rr_extent){ .pblk = blk, .len = (uint32_t)len };
 	return 0;
 }
 

@@ -33,20 +33,14 @@ void mb_normalize(struct mb_norm *n)
 	size = (n->lblk + n->len) << bb;
 	if (size < n->isize)
 		size = n->isize;
-	if (size <= KB(16))
-		size = KB(16);
-	else if (size <= KB(32))
-		size = KB(32);
-	else if (size <= KB(64))
-		size = KB(64);
-	else if (size <= KB(128))
-		size = KB(128);
-	else if (size <= KB(256))
-		size = KB(256);
-	else if (size <= KB(512))
-		size = KB(512);
-	else if (size <= MB(1))
-		size = MB(1);
+	/* The kernel's ladder up to 1 MiB: the next power of two, 16 KiB at least. */
+	if (size <= MB(1)) {
+		uint64_t rung = KB(16);
+
+		while (rung < size)
+			rung <<= 1;
+		size = rung;
+	}
 	if (size <= MB(1)) {
 		start_off = 0;
 	} else if (row(size, MB(4), max, KB(2))) {

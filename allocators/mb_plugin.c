@@ -71,24 +71,19 @@ void mb_plugin_fini(struct rr_alloc *a, const struct mb_policy *self)
 
 static uint32_t request_flags(const struct mb_ac *ac)
 {
+	static const struct {
+		uint32_t hint, flag;
+	} as[] = {
+		{ MB_HINT_DATA, RRP_DATA }, { MB_HINT_STREAM, RRP_STREAM }, { MB_HINT_GROUP_ALLOC, RRP_SMALL },
+		{ MB_HINT_TRY_GOAL, RRP_HAS_GOAL }, { MB_HINT_FILE_GOAL, RRP_FILE_GOAL },
+		{ MB_HINT_FIRST_WINDOW, RRP_FIRST_WINDOW }, { MB_HINT_WINDOW, RRP_WINDOW },
+		{ MB_HINT_MERGE_GOAL, RRP_MERGE_GOAL },
+	};
 	uint32_t f = 0;
 
-	if (ac->hints & MB_HINT_DATA)
-		f |= RRP_DATA;
-	if (ac->hints & MB_HINT_STREAM)
-		f |= RRP_STREAM;
-	if (ac->hints & MB_HINT_GROUP_ALLOC)
-		f |= RRP_SMALL;
-	if (ac->hints & MB_HINT_TRY_GOAL)
-		f |= RRP_HAS_GOAL;
-	if (ac->hints & MB_HINT_FILE_GOAL)
-		f |= RRP_FILE_GOAL;
-	if (ac->hints & MB_HINT_FIRST_WINDOW)
-		f |= RRP_FIRST_WINDOW;
-	if (ac->hints & MB_HINT_WINDOW)
-		f |= RRP_WINDOW;
-	if (ac->hints & MB_HINT_MERGE_GOAL)
-		f |= RRP_MERGE_GOAL;
+	for (size_t i = 0; i < sizeof(as) / sizeof(as[0]); i++)
+		if (ac->hints & as[i].hint)
+			f |= as[i].flag;
 	return f;
 }
 

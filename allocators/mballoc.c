@@ -74,6 +74,7 @@
 #include "mballoc.h"
 #include "mb_format.h"
 #include "policy.h"
+#include "rrfuse/grow.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -522,17 +523,9 @@ static int hint_add(struct rr_alloc *a, uint64_t blk, uint32_t len)
 		last->len += len;
 		return 0;
 	}
-	if (a->nhints == a->hints_cap) {
-		uint32_t cap = a->hints_cap ? 2 * a->hints_cap : 8;
-		struct rr_extent *v = realloc(a->hints, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		a->hints = v;
-		a->hints_cap = cap;
-	}
-	a->hints[a->nhints].pblk = blk;
-	a->hints[a->nhints++].len = len;
+	if (rr_grow(&a->hints, sizeof(*a->hints), &a->hints_cap, a->nhints + 1, 8))
+		return -ENOMEM;
+	a->hints[a->nhints++] = (struct rr_extent){ .pblk = blk, .len = len };
 	return 0;
 }
 
@@ -1506,6 +1499,7 @@ static int ac_use(struct rr_alloc *a, struct mb_ac *ac, int make_pa, struct rr_e
 	struct mb_pa *pa = NULL, *old = NULL;
 	pthread_mutex_t *owner = NULL;
 	uint64_t off = 0;
+	uint32_t made;
 	int lg = (ac->hints & MB_HINT_GROUP_ALLOC) != 0, ret;
 
 	if (make_pa && blen > ac->o_ex.len)
@@ -1546,6 +1540,8 @@ static int ac_use(struct rr_alloc *a, struct mb_ac *ac, int make_pa, struct rr_e
 		map_set_range(pa->taken, (uint32_t)off, out->len);
 		owner = ino_lock(a, pa->ino);
 	}
+	/* Counted as made: once listed, other requests take from it. */
+	made = pa->free;
 	pthread_mutex_lock(owner);
 	ret = grab_locked(a, ac);
 	if (ret) {
@@ -1565,7 +1561,7 @@ static int ac_use(struct rr_alloc *a, struct mb_ac *ac, int make_pa, struct rr_e
 	}
 	pthread_mutex_unlock(owner);
 	atomic_fetch_add(&a->pa_count, 1);
-	STAT_ADD(a, preallocated, pa->free);
+	STAT_ADD(a, preallocated, made);
 	pa_release_list(a, old);
 	return 0;
 }
@@ -1866,19 +1862,12 @@ static void frozen_add(struct mb_frozen *f, uint64_t blk, uint64_t len)
 		last->len += (uint32_t)len;
 		return;
 	}
-	if (f->n == f->cap) {
-		size_t cap = f->cap ? f->cap * 2 : 64;
-		struct rr_extent *v = realloc(f->v, cap * sizeof(*v));
-
-		if (!v) {
-			/* No memory to wait with: the blocks are free at once, as before the rule. */
-			atomic_fetch_sub(&f->blocks, len);
-			mb_log(LOG_WARNING, "mballoc: out of memory: %llu freed blocks reusable before their commit",
-			       (unsigned long long)len);
-			return;
-		}
-		f->v = v;
-		f->cap = cap;
+	if (rr_grow(&f->v, sizeof(*f->v), &f->cap, f->n + 1, 64)) {
+		/* No memory to wait with: the blocks are free at once, as before the rule. */
+		atomic_fetch_sub(&f->blocks, len);
+		mb_log(LOG_WARNING, "mballoc: out of memory: %llu freed blocks reusable before their commit",
+		       (unsigned long long)len);
+		return;
 	}
 	f->v[f->n++] = (struct rr_extent){ .pblk = blk, .len = (uint32_t)len };
 }
@@ -2352,6 +2341,22 @@ static errcode_t cb_new_range(ext2_filsys fs, int flags, blk64_t goal, blk64_t l
 
 /* ---- attach / detach ---- */
 
+/* a and the arrays it holds (attach's that failed to be made are NULL). */
+static void alloc_free(struct rr_alloc *a)
+{
+	free(a->groups);
+	free(a->frozen.v);
+	free(a->committing.v);
+	free(a->pa_hash);
+	free(a->last_groups);
+	free(a->lg);
+	free(a->lg_locks);
+	free(a->list_bits);
+	free(a->hints);
+	free(a->meta);
+	free(a);
+}
+
 int rr_alloc_attach(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr_alloc **out)
 {
 	struct rr_alloc *a = calloc(1, sizeof(*a));
@@ -2410,13 +2415,7 @@ int rr_alloc_attach(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr
 	a->list_words = (a->ngroups + 63) / 64;
 	a->list_bits = calloc((size_t)MB_NLISTS * MB_NUM_ORDERS_MAX * a->list_words, sizeof(*a->list_bits));
 	if (!a->groups || !a->pa_hash || !a->last_groups || !a->lg || !a->lg_locks || !a->list_bits) {
-		free(a->list_bits);
-		free(a->lg_locks);
-		free(a->lg);
-		free(a->groups);
-		free(a->pa_hash);
-		free(a->last_groups);
-		free(a);
+		alloc_free(a);
 		return -ENOMEM;
 	}
 	for (i = 0; i < MB_PA_LOCKS; i++)
@@ -2524,15 +2523,5 @@ void rr_alloc_detach(struct rr_alloc *a)
 		pthread_mutex_destroy(&a->pa_locks[i]);
 	for (i = 0; i < a->nlg; i++)
 		pthread_mutex_destroy(&a->lg_locks[i]);
-	free(a->groups);
-	free(a->frozen.v);
-	free(a->committing.v);
-	free(a->pa_hash);
-	free(a->last_groups);
-	free(a->lg);
-	free(a->lg_locks);
-	free(a->list_bits);
-	free(a->hints);
-	free(a->meta);
-	free(a);
+	alloc_free(a);
 }

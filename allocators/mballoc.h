@@ -276,7 +276,8 @@ struct rr_alloc {
 	_Atomic uint64_t da_reserved;
 	/* Blocks chosen for libext2fs (HINT_ONLY), marked in the buddy until it accounts them (fs lock). */
 	struct rr_extent *hints;
-	uint32_t nhints, hints_cap;
+	uint32_t nhints;
+	size_t hints_cap;
 	/* Taken by an allocation without the fs lock that must load a group (rr_alloc_set_lock). */
 	void (*host_lock)(void *);
 	void (*host_unlock)(void *);

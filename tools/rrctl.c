@@ -33,17 +33,45 @@
 
 static const char *mnt;
 
+/*
+ * The keys: every line of rrfuse/tunables.def, then the daemon's others
+ * (allocators/mb_tunables.c; tests/mount/test_rrctl.py compares the two).
+ */
+static const char *const keys[] = {
+#define MB_TUNABLE(name, kind, max, def) #name,
+#include "rrfuse/tunables.def"
+#undef MB_TUNABLE
+	"max_prealloc_kb", "allocator", "policy_dir",
+};
+
+/* The keys, comma-separated, wrapped under KEY's text (column 17 to 80). */
+static void usage_keys(FILE *f)
+{
+	size_t i, n = sizeof(keys) / sizeof(keys[0]), col = 0;
+
+	for (i = 0; i < n; i++) {
+		const char *sep = i + 1 < n ? "," : "";
+		size_t w = 1 + strlen(keys[i]) + strlen(sep);
+
+		if (col && col + w > 80 - 17) {
+			fputc('\n', f);
+			col = 0;
+		}
+		fprintf(f, "%*s%s%s", col ? 1 : 17, "", keys[i], sep);
+		col += w;
+	}
+	fputc('\n', f);
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: rrctl MOUNTPOINT [KEY | KEY=VALUE ...]\n"
 		   "       rrctl MOUNTPOINT -g | -s | sync\n\n"
 		   "Show or change the allocator of a mounted rrfuse filesystem, or commit it.\n\n"
 		   "    (no KEY)     list every tunable, one KEY = VALUE a line\n"
-		   "    KEY          show KEY (mb_max_prealloc_kb, max_prealloc_kb, mb_stream_req,\n"
-		   "                 mb_group_prealloc, mb_min_to_scan, mb_max_to_scan, mb_order2_req,\n"
-		   "                 mb_max_linear_groups, mb_optimize_scan,\n"
-		   "                 mb_best_avail_max_trim_order, mb_stats, allocator)\n"
-		   "    KEY=VALUE    set KEY (the mount's owner or root only)\n"
+		   "    KEY          show KEY:\n");
+	usage_keys(f);
+	fprintf(f, "    KEY=VALUE    set KEY (the mount's owner or root only)\n"
 		   "    -g           the block groups, as the kernel's mb_groups\n"
 		   "    -s           the allocator statistics, as the kernel's mb_stats\n"
 		   "    sync         write everything out now (the kernel's dirty pages, delayed\n"

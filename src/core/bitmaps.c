@@ -13,8 +13,8 @@
  * writes a bitmap whose sum differs.
  */
 #include "bitmaps.h"
-#include "io/cache.h"
-#include "io/sum.h"
+#include "cache.h"
+#include "sum.h"
 
 #include <stdlib.h>
 #include <string.h>

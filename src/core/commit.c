@@ -6,9 +6,9 @@
  * list needs it first.
  */
 #include "rrfs.h"
-#include "io/cache.h"
-#include "io/dev.h"
-#include "journal/writer.h"
+#include "cache.h"
+#include "dev.h"
+#include "writer.h"
 #include "log.h"
 #include "orphan.h"
 #include "error.h"

@@ -11,6 +11,7 @@
  */
 #include "rrfs.h"
 #include "log.h"
+#include "rrfuse/grow.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -26,19 +27,7 @@ void emap_drop(struct rr_inode *ri)
 
 static int emap_reserve(struct rr_emap *m, uint32_t extra)
 {
-	if (m->n + extra > m->cap) {
-		uint32_t cap = m->cap ? m->cap * 2 : 8;
-		struct rr_ext *v;
-
-		while (cap < m->n + extra)
-			cap *= 2;
-		v = realloc(m->v, cap * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		m->v = v;
-		m->cap = cap;
-	}
-	return 0;
+	return rr_grow(&m->v, sizeof(*m->v), &m->cap, (size_t)m->n + extra, 8);
 }
 
 /* Append while loading: merges physically and logically contiguous runs. */
@@ -67,8 +56,7 @@ static int load_blockmap_cb(ext2_filsys fs, blk64_t *blocknr, e2_blkcnt_t blockc
 {
 	struct blockmap_ctx *c = priv;
 
-	(void)ref_blk;
-	(void)ref_offset;
+	(void)ref_blk, (void)ref_offset;
 	if (blockcnt < 0)
 		return 0;
 	if (*blocknr < fs->super->s_first_data_block || *blocknr >= ext2fs_blocks_count(fs->super) ||

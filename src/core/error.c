@@ -13,7 +13,7 @@
  * kernel commits the superblock and panics.
  */
 #include "error.h"
-#include "io/dev.h"
+#include "dev.h"
 #include "log.h"
 #include "rrfs.h"
 

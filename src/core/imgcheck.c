@@ -5,7 +5,7 @@
  * geometry against the device and the group descriptors.
  */
 #include "rrfs.h"
-#include "io/dev.h"
+#include "dev.h"
 #include "log.h"
 #include "imgcheck.h"
 

@@ -9,8 +9,8 @@
  * ext4's unmount (and remount read-only) clears it.
  */
 #include "rrfs.h"
-#include "io/cache.h"
-#include "journal/writer.h"
+#include "cache.h"
+#include "writer.h"
 #include "log.h"
 
 #include <errno.h>

@@ -6,9 +6,9 @@
  * clean again.
  */
 #include "rrfs.h"
-#include "io/dev.h"
-#include "io/cache.h"
-#include "journal/recover.h"
+#include "dev.h"
+#include "cache.h"
+#include "recover.h"
 #include "log.h"
 #include "orphan.h"
 #include "error.h"

@@ -52,7 +52,7 @@
  */
 #include "orphan.h"
 #include "orphan_int.h"
-#include "io/dev.h"
+#include "dev.h"
 #include "log.h"
 #include "rrfs.h"
 

@@ -35,7 +35,7 @@
  *
  * Leaves, taken with any of the above held and holding nothing inside:
  * the error record's lock (src/core/error.c), the block trace's (src/io/trace.c),
- * the delayed-data buffer pool's (src/data/dbuf.c).  commit_lock guards only the
+ * the delayed-data buffer pool's (src/core/dbuf.c).  commit_lock guards only the
  * commit thread's sleep; it is dropped before the thread commits.  This
  * list is the whole order: a new lock gets its line here.
  */
@@ -67,7 +67,8 @@ struct rr_ext {
 
 struct rr_emap {
 	struct rr_ext *v;
-	uint32_t n, cap;
+	uint32_t n;
+	size_t cap;
 };
 
 struct rr_inode {
@@ -191,7 +192,7 @@ struct rr_fs {
 	/* Read-mostly after mount: geometry, options, handles. */
 	const struct rr_data_hooks *hooks;
 	ext2_filsys fs;
-	io_channel dev;		/* the top of the I/O stack, for the data path (io/dev.h: io_data_*) */
+	io_channel dev;		/* the top of the I/O stack, for the data path (src/io/dev.h: io_data_*) */
 	unsigned int bsize;
 	unsigned int bbits;
 	atomic_int ro;		/* set at mount; errors=remount-ro sets it later */

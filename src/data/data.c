@@ -29,8 +29,9 @@
  */
 #include "error.h"
 #include "rrfs.h"
-#include "io/dev.h"
+#include "dev.h"
 #include "log.h"
+#include "rrfuse/grow.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -395,15 +396,8 @@ static void delay_list(struct rr_fs *rfs, ext2_ino_t ino)
 	if (rfs->delayed.n == rfs->delayed.cap) {
 		if (rfs->delayed.cap >= 1024)
 			delay_list_compact(rfs);
-		if (rfs->delayed.n * 2 >= rfs->delayed.cap) {
-			size_t cap = rfs->delayed.cap ? 2 * rfs->delayed.cap : 64;
-			ext2_ino_t *v = realloc(rfs->delayed.inos, cap * sizeof(*v));
-
-			if (v) {
-				rfs->delayed.inos = v;
-				rfs->delayed.cap = cap;
-			}
-		}
+		if (rfs->delayed.n * 2 >= rfs->delayed.cap)
+			(void)rr_grow(&rfs->delayed.inos, sizeof(ino), &rfs->delayed.cap, rfs->delayed.cap + 1, 64);
 	}
 	/* Without room the data still reaches the disk at close, fsync or unmount. */
 	if (rfs->delayed.n < rfs->delayed.cap)

@@ -233,20 +233,11 @@ static void amend_init_reply(struct iovec *iov, int count)
 
 static ssize_t chan_writev(int fd, struct iovec *iov, int count, void *userdata)
 {
-	ssize_t r;
-	int ring;
-
 	(void)userdata;
 	note_reply(reply_unique(iov, count));
-	if (uring_send(iov, count, &r))
-		return r;
+	/* Only the INIT reply is amended: it never goes over the ring, which starts after it. */
 	amend_init_reply(iov, count);
-	ring = uring_amend_init_reply(fd, iov, count);
-	r = writev(fd, iov, count);
-	/* The kernel takes ring commands once it has the INIT reply. */
-	if (ring)
-		uring_go(r > 0);
-	return r;
+	return uring_writev(fd, iov, count);
 }
 
 /* Replies spliced from a pipe (libfuse offers FUSE_CAP_SPLICE_WRITE only with this). */

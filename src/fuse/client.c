@@ -18,7 +18,7 @@
  * marks the image clean; to rw, the daemon first, then the kernel.
  */
 #include "client.h"
-#include "io/dev.h"
+#include "dev.h"
 #include "mountinfo.h"
 #include "rrfuse/rrctl.h"
 

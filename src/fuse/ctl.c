@@ -6,8 +6,8 @@
  * formats it.
  */
 #include "ctl.h"
-#include "io/cache.h"
-#include "io/dev.h"
+#include "cache.h"
+#include "dev.h"
 #include "log.h"
 #include "rrfs.h"
 #include "uring.h"
@@ -23,34 +23,27 @@ static void ctl_io_stats(struct rr_fs *rfs, struct rrctl_stats *s)
 	struct io_cache_stats c;
 	struct io_dev_stats d;
 
+/* rrctl's name for each counter: its source's, after the source's prefix. */
+#define RING(f) s->ring_##f = atomic_load_explicit(&rfs->ring->f, memory_order_relaxed);
+#define DEV(f) s->io_##f = d.f;
+#define CACHE(f) s->cache_##f = c.f;
 	for (size_t i = 0; rfs->requests && i < RRCTL_NREQ; i++) {
 		s->requests[i] = atomic_load_explicit(&rfs->requests[i], memory_order_relaxed);
 		s->request_ns[i] = atomic_load_explicit(&rfs->request_ns[i], memory_order_relaxed);
 	}
 	if (rfs->ring) {
-		s->ring_requests = atomic_load_explicit(&rfs->ring->requests, memory_order_relaxed);
-		s->ring_entries = atomic_load_explicit(&rfs->ring->entries, memory_order_relaxed);
-		s->ring_wanted = atomic_load_explicit(&rfs->ring->wanted, memory_order_relaxed);
-		s->ring_queues = atomic_load_explicit(&rfs->ring->queues, memory_order_relaxed);
+		RING(requests) RING(entries) RING(wanted) RING(queues)
 	}
 	io_dev_stats(rfs->fs->io, &d);
-	s->io_meta_reads = d.meta_reads;
-	s->io_meta_writes = d.meta_writes;
-	s->io_data_reads = d.data_reads;
-	s->io_data_spliced = d.data_spliced;
-	s->io_data_writes = d.data_writes;
-	s->io_flushes = d.flushes;
+	DEV(meta_reads) DEV(meta_writes) DEV(data_reads) DEV(data_spliced) DEV(data_writes) DEV(flushes)
 	s->io_meta_blocks = d.meta_bytes / rfs->bsize;
-	if (io_cache_stats(rfs->fs->io, &c))
-		return;
-	s->cache_blocks = c.blocks;
-	s->cache_dirty = c.dirty;
-	s->cache_max = c.max;
-	s->cache_hits = c.hits;
-	s->cache_misses = c.misses;
-	s->cache_writes = c.writes;
-	s->cache_dropped = c.dropped;
-	s->cache_forgotten = c.forgotten;
+	if (!io_cache_stats(rfs->fs->io, &c)) {
+		CACHE(blocks) CACHE(dirty) CACHE(max) CACHE(hits) CACHE(misses) CACHE(writes) CACHE(dropped)
+		CACHE(forgotten)
+	}
+#undef RING
+#undef DEV
+#undef CACHE
 }
 
 int rr_ctl_is_cmd(unsigned int cmd)

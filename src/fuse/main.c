@@ -14,8 +14,8 @@
 #include "client.h"
 #include "crash.h"
 #include "trace.h"
-#include "io/dev.h"
-#include "io/cache.h"
+#include "dev.h"
+#include "cache.h"
 #include "mountinfo.h"
 #include "mountopt.h"
 #include "utab.h"
@@ -182,17 +182,7 @@ static int options_to_opts(const struct rr_cmdline *c, const struct fuse_cmdline
 		return -1;
 	}
 	opts->alloc = c->alloc;
-	opts->alloc.discard = (unsigned int)c->discard;
-	opts->ro = c->ro;
-	opts->atime = c->atime;
-	opts->norecovery = c->norecovery;
-	opts->writeback = c->writeback;
-	opts->splice = c->splice;
-	opts->delalloc = c->delalloc;
-	opts->direct = c->direct;
-	opts->check = c->check;
-	opts->journal = c->journal;
-	opts->io_uring = c->io_uring;
+	rr_cmdline_to_opts(c, opts);
 	opts->debug = fo->debug;
 	opts->single = fo->singlethread;
 	return 0;

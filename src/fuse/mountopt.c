@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * rrfuse's own mount options, made from the list in mountopts.def: the
- * parser's table, the defaults, --help's lines.  What the list does not
+ * parser's table, the defaults, --help's lines, the copy into rr_opts.  What the list does not
  * name goes to the caller (the allocator's tunables), then to libfuse.
  */
 #include "mountopt.h"
@@ -22,7 +22,7 @@
 #define RR_KEEP(kernel) ((kernel) ? FUSE_OPT_KEY_KEEP : FUSE_OPT_KEY_DISCARD)
 static const struct fuse_opt spec[] = {
 #define RR_OPT_STR(field, show, help) { #field "=%s", offsetof(struct rr_cmdline, field), 0 },
-#define RR_OPT(field, name, value, dflt, kernel, show, help) \
+#define RR_OPT(field, name, value, dflt, kernel, to, show, help) \
 	{ name, offsetof(struct rr_cmdline, field), value }, FUSE_OPT_KEY(name, RR_KEEP(kernel)),
 #define RR_OPT_ALSO(field, name, value, kernel) \
 	{ name, offsetof(struct rr_cmdline, field), value }, FUSE_OPT_KEY(name, RR_KEEP(kernel)),
@@ -37,7 +37,7 @@ static const struct {
 	const char *show, *help;
 } help[] = {
 #define RR_OPT_STR(field, show, help) { show, help },
-#define RR_OPT(field, name, value, dflt, kernel, show, help) { show, help },
+#define RR_OPT(field, name, value, dflt, kernel, to, show, help) { show, help },
 #define RR_OPT_ALSO(field, name, value, kernel)
 #include "mountopts.def"
 #undef RR_OPT_STR
@@ -70,7 +70,7 @@ int rr_cmdline_parse(struct fuse_args *args, struct rr_cmdline *c, rr_cmdline_ot
 {
 	c->other = other;
 #define RR_OPT_STR(field, show, help) c->field = NULL;
-#define RR_OPT(field, name, value, dflt, kernel, show, help) c->field = dflt;
+#define RR_OPT(field, name, value, dflt, kernel, to, show, help) c->field = dflt;
 #define RR_OPT_ALSO(field, name, value, kernel)
 #include "mountopts.def"
 #undef RR_OPT_STR
@@ -98,12 +98,27 @@ void rr_cmdline_usage(void)
 	}
 }
 
+void rr_cmdline_to_opts(const struct rr_cmdline *c, struct rr_opts *opts)
+{
+#define OPTS(member) opts->member =
+#define CMDLINE (void)
+#define RR_OPT_STR(field, show, help)
+#define RR_OPT(field, name, value, dflt, kernel, to, show, help) to c->field;
+#define RR_OPT_ALSO(field, name, value, kernel)
+#include "mountopts.def"
+#undef RR_OPT_STR
+#undef RR_OPT
+#undef RR_OPT_ALSO
+#undef CMDLINE
+#undef OPTS
+}
+
 void rr_cmdline_free(struct rr_cmdline *c)
 {
 	free(c->device);
 	free(c->mountpoint);
 #define RR_OPT_STR(field, show, help) free(c->field);
-#define RR_OPT(field, name, value, dflt, kernel, show, help)
+#define RR_OPT(field, name, value, dflt, kernel, to, show, help)
 #define RR_OPT_ALSO(field, name, value, kernel)
 #include "mountopts.def"
 #undef RR_OPT_STR

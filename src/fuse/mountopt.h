@@ -23,7 +23,7 @@ struct rr_cmdline {
 	struct rr_alloc_tunables alloc;
 	char alloc_err[160];	/* the first bad allocator option, refused before the image is opened */
 #define RR_OPT_STR(field, show, help) char *field;
-#define RR_OPT(field, name, value, dflt, kernel, show, help) int field;
+#define RR_OPT(field, name, value, dflt, kernel, to, show, help) int field;
 #define RR_OPT_ALSO(field, name, value, kernel)
 #include "mountopts.def"
 #undef RR_OPT_STR
@@ -35,6 +35,8 @@ struct rr_cmdline {
 int rr_cmdline_parse(struct fuse_args *args, struct rr_cmdline *c, rr_cmdline_other_fn other);
 /* --help's lines for the options of mountopts.def. */
 void rr_cmdline_usage(void);
+/* The int options whose line says OPTS(member): each to that member of opts (alloc already copied). */
+void rr_cmdline_to_opts(const struct rr_cmdline *c, struct rr_opts *opts);
 void rr_cmdline_free(struct rr_cmdline *c);
 
 #endif

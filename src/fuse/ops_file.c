@@ -8,7 +8,7 @@
 #include "channel.h"
 #include "dir.h"
 #include "error.h"
-#include "io/dev.h"
+#include "dev.h"
 #include "log.h"
 
 #include <errno.h>

@@ -304,7 +304,7 @@ static void *ent_thread(void *arg)
 	r = ring_init(e);
 	if (r < 0)
 		refuse("cannot set up an io_uring", -r);
-	/* Registered only once the INIT reply asked for the ring (uring_amend_init_reply, uring_go). */
+	/* Registered only once the INIT reply asked for the ring (amend_init_reply, uring_go). */
 	pthread_mutex_lock(&ur.lock);
 	if (r < 0)
 		ur.failed++;
@@ -450,6 +450,15 @@ static int start_threads(unsigned int depth)
 	return ret;
 }
 
+/* The INIT reply written (ok) or not: the threads register their entries, or quit. */
+static void uring_go(int ok)
+{
+	pthread_mutex_lock(&ur.lock);
+	ur.go = ok ? 1 : -1;
+	pthread_cond_broadcast(&ur.cond);
+	pthread_mutex_unlock(&ur.lock);
+}
+
 /* Every entry's thread started, with its io_uring: 0, or -1 (said once). */
 static int prepare(int fd, size_t payload)
 {
@@ -515,7 +524,17 @@ static size_t ring_payload(const struct fuse_init_out *out)
 	return payload;
 }
 
-int uring_amend_init_reply(int fd, struct iovec *iov, int count)
+/*
+ * Before writing a reply to /dev/fuse (fd): if it is the INIT reply and
+ * the kernel offered the ring, start a thread per ring entry on every
+ * queue (one per possible CPU), each with its io_uring, and once all are,
+ * have the reply ask for the ring (FUSE_OVER_IO_URING), after which the
+ * kernel holds every request until each queue has an entry: 1.  Then
+ * uring_go(1) once the reply is written (the kernel refuses ring commands
+ * before), and the threads register their entries; uring_go(0) when it
+ * was not, and they quit.  A refusal is logged once; /dev/fuse serves.
+ */
+static int amend_init_reply(int fd, struct iovec *iov, int count)
 {
 	const struct fuse_out_header *h = iov[0].iov_base;
 	struct fuse_init_out *out;
@@ -539,12 +558,19 @@ int uring_amend_init_reply(int fd, struct iovec *iov, int count)
 	return 1;
 }
 
-void uring_go(int ok)
+ssize_t uring_writev(int fd, struct iovec *iov, int count)
 {
-	pthread_mutex_lock(&ur.lock);
-	ur.go = ok ? 1 : -1;
-	pthread_cond_broadcast(&ur.cond);
-	pthread_mutex_unlock(&ur.lock);
+	ssize_t r;
+	int ring;
+
+	if (uring_send(iov, count, &r))
+		return r;
+	ring = amend_init_reply(fd, iov, count);
+	r = writev(fd, iov, count);
+	/* The kernel takes ring commands once it has the INIT reply. */
+	if (ring)
+		uring_go(r > 0);
+	return r;
 }
 
 void uring_stop(void)

@@ -30,17 +30,12 @@ void uring_configure(struct fuse_session *se, int (*take)(const void *req, size_
 void uring_note_init(const void *req, size_t len);
 
 /*
- * Before writing a reply to /dev/fuse (fd): if it is the INIT reply and
- * the kernel offered the ring, start a thread per ring entry on every
- * queue (one per possible CPU), each with its io_uring, and once all are,
- * have the reply ask for the ring (FUSE_OVER_IO_URING), after which the
- * kernel holds every request until each queue has an entry: 1.  Then
- * uring_go(1) once the reply is written (the kernel refuses ring commands
- * before), and the threads register their entries; uring_go(0) when it
- * was not, and they quit.  A refusal is logged once; /dev/fuse serves.
+ * A reply (or notification) libfuse writes: over the ring when this thread
+ * serves a ring entry (uring_send), else to /dev/fuse (fd); the INIT reply
+ * asks for the ring there when the kernel offered it, and the ring's
+ * threads start once the kernel has it.  writev's answer.
  */
-int uring_amend_init_reply(int fd, struct iovec *iov, int count);
-void uring_go(int ok);
+ssize_t uring_writev(int fd, struct iovec *iov, int count);
 
 /* After the session ended and the mount is gone: wait for the ring's threads. */
 void uring_stop(void);

@@ -38,10 +38,10 @@
  * record the error, and may write the superblock through this cache) run
  * after it is released.
  */
-#include "io/cache.h"
-#include "io/fail.h"
-#include "io/layer.h"
-#include "io/sum.h"
+#include "cache.h"
+#include "fail.h"
+#include "layer.h"
+#include "sum.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -551,34 +551,30 @@ static int cache_data(struct io_layer *l, int write, uint64_t off, uint64_t len,
 
 static errcode_t cache_open(const char *name, int flags, io_channel *channel)
 {
+	int wanted = cache_mb != 0;
 	struct cache *c;
-	io_channel ch, lower;
+	io_channel ch;
 	errcode_t err;
 
-	err = rr_fail_io_manager->open(name, flags, &lower);
-	if (err)
+	/* No cache: the layers below alone. */
+	err = io_stacked_open(rr_cache_io_manager, rr_fail_io_manager, name, flags, wanted, sizeof(*c), channel);
+	if (err || !wanted)
 		return err;
-	if (!cache_mb) {
-		*channel = lower;	/* no cache: the layers below alone */
-		return 0;
-	}
-	err = io_stacked_new(rr_cache_io_manager, lower, sizeof(*c), &ch);
-	if (err) {
-		io_channel_close(lower);
-		return err;
-	}
+	ch = *channel;
 	c = ch->private_data;
 	c->lru.next = c->lru.prev = &c->lru;
-	err = shape(c, (unsigned int)lower->block_size);
+	err = shape(c, (unsigned int)ch->block_size);
 	if (err) {
+		io_channel lower = c->layer.lower;
+
 		free(c->hash);
 		io_stacked_free(ch);
 		io_channel_close(lower);
+		*channel = NULL;
 		return err;
 	}
 	pthread_mutex_init(&c->lock, NULL);
 	c->layer.data = cache_data;
-	*channel = ch;
 	return 0;
 }
 
@@ -916,22 +912,8 @@ static errcode_t cache_discard(io_channel ch, unsigned long long block, unsigned
 	return drop_then(ch, block, count, io_channel_discard);
 }
 
-static struct struct_io_manager cache_manager = {
-	.magic = EXT2_ET_MAGIC_IO_MANAGER,
-	.name = "rrfuse metadata cache",
-	.open = cache_open,
-	.close = cache_close,
-	.set_blksize = cache_set_blksize,
-	.read_blk = io_read_blk32,
-	.write_blk = io_write_blk32,
-	.flush = cache_flush,
-	.write_byte = cache_write_byte,
-	.set_option = io_stacked_set_option,
-	.read_blk64 = cache_read_blk64,
-	.write_blk64 = cache_write_blk64,
-	.discard = cache_discard,
-	.cache_readahead = io_stacked_readahead,
-	.zeroout = cache_zeroout,
-};
+static struct struct_io_manager cache_manager =
+	IO_LAYER_MANAGER(cache, "rrfuse metadata cache", cache_set_blksize,
+			 io_stacked_set_option, io_stacked_readahead);
 
 io_manager rr_cache_io_manager = &cache_manager;

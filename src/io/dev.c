@@ -9,8 +9,8 @@
  * unix_io: its block cache is not safe against the data path writing the
  * same device from other threads.
  */
-#include "io/dev.h"
-#include "io/layer.h"
+#include "dev.h"
+#include "layer.h"
 #include "log.h"
 #include "trace.h"
 
@@ -635,22 +635,8 @@ int io_data_write(io_channel ch, const void *buf, size_t len, uint64_t off)
 	return io_data_writev(ch, &iov, 1, off);
 }
 
-static struct struct_io_manager rr_io_struct = {
-	.magic = EXT2_ET_MAGIC_IO_MANAGER,
-	.name = "rrfuse I/O manager",
-	.open = rr_io_open,
-	.close = rr_io_close,
-	.set_blksize = rr_io_set_blksize,
-	.read_blk = io_read_blk32,
-	.write_blk = io_write_blk32,
-	.flush = rr_io_flush,
-	.write_byte = rr_io_write_byte,
-	.set_option = rr_io_set_option,
-	.read_blk64 = rr_io_read_blk64,
-	.write_blk64 = rr_io_write_blk64,
-	.zeroout = rr_io_zeroout,
-	.discard = rr_io_discard,
-	.cache_readahead = rr_io_cache_readahead,
-};
+static struct struct_io_manager rr_io_struct =
+	IO_LAYER_MANAGER(rr_io, "rrfuse I/O manager", rr_io_set_blksize,
+			 rr_io_set_option, rr_io_cache_readahead);
 
 io_manager rr_io_manager = &rr_io_struct;

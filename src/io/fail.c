@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /* rr_fail: fault injection stacked on the device manager (see fail.h). */
-#include "io/fail.h"
-#include "io/dev.h"
-#include "io/layer.h"
-#include "io/record.h"
+#include "fail.h"
+#include "dev.h"
+#include "layer.h"
+#include "record.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -58,25 +58,16 @@ static int fail_data(struct io_layer *l, int write, uint64_t off, uint64_t len,
 static errcode_t fail_open(const char *name, int flags, io_channel *channel)
 {
 	struct fail probe, *f;
-	io_channel lower, ch;
+	int wanted = parse(&probe);
 	errcode_t err;
 
-	err = rr_record_io_manager->open(name, flags, &lower);
-	if (err)
+	/* Nothing to fail: the device alone. */
+	err = io_stacked_open(rr_fail_io_manager, rr_record_io_manager, name, flags, wanted, sizeof(*f), channel);
+	if (err || !wanted)
 		return err;
-	if (!parse(&probe)) {
-		*channel = lower;	/* nothing to fail: the device alone */
-		return 0;
-	}
-	err = io_stacked_new(rr_fail_io_manager, lower, sizeof(*f), &ch);
-	if (err) {
-		io_channel_close(lower);
-		return err;
-	}
-	f = ch->private_data;
+	f = (*channel)->private_data;
 	parse(f);
 	f->layer.data = fail_data;
-	*channel = ch;
 	return 0;
 }
 
@@ -150,22 +141,8 @@ static errcode_t fail_discard(io_channel ch, unsigned long long block, unsigned 
 	return io_channel_discard(f->layer.lower, block, count);
 }
 
-static struct struct_io_manager fail_manager = {
-	.magic = EXT2_ET_MAGIC_IO_MANAGER,
-	.name = "rrfuse fault injection",
-	.open = fail_open,
-	.close = fail_close,
-	.set_blksize = io_stacked_set_blksize,
-	.read_blk = io_read_blk32,
-	.write_blk = io_write_blk32,
-	.flush = fail_flush,
-	.write_byte = fail_write_byte,
-	.set_option = io_stacked_set_option,
-	.read_blk64 = fail_read_blk64,
-	.write_blk64 = fail_write_blk64,
-	.discard = fail_discard,
-	.cache_readahead = io_stacked_readahead,
-	.zeroout = fail_zeroout,
-};
+static struct struct_io_manager fail_manager =
+	IO_LAYER_MANAGER(fail, "rrfuse fault injection", io_stacked_set_blksize,
+			 io_stacked_set_option, io_stacked_readahead);
 
 io_manager rr_fail_io_manager = &fail_manager;

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 /* The I/O stack's common parts (see layer.h). */
-#include "io/layer.h"
-#include "io/cache.h"
-#include "io/dev.h"
-#include "io/fail.h"
-#include "io/record.h"
+#include "layer.h"
+#include "cache.h"
+#include "dev.h"
+#include "fail.h"
+#include "record.h"
 
 #include <string.h>
 
@@ -80,6 +80,25 @@ errcode_t io_stacked_new(io_manager m, io_channel lower, size_t size, io_channel
 	ch->private_data = l;
 	*out = ch;
 	return 0;
+}
+
+errcode_t io_stacked_open(io_manager m, io_manager below, const char *name, int flags, int wanted,
+			  size_t size, io_channel *out)
+{
+	io_channel lower;
+	errcode_t err;
+
+	err = below->open(name, flags, &lower);
+	if (err)
+		return err;
+	if (!wanted) {
+		*out = lower;
+		return 0;
+	}
+	err = io_stacked_new(m, lower, size, out);
+	if (err)
+		io_channel_close(lower);
+	return err;
 }
 
 errcode_t io_stacked_set_option(io_channel ch, const char *option, const char *arg)

@@ -64,6 +64,13 @@ int io_layers_data(io_channel ch, int write, uint64_t off, uint64_t len, const s
  * caller fills the rest; io_stacked_free undoes it.
  */
 errcode_t io_stacked_new(io_manager m, io_channel lower, size_t size, io_channel *out);
+/*
+ * Open name with below, then, when wanted, a stacked channel of m over it
+ * (io_stacked_new): 0 with *out the new channel, or below's channel when
+ * not wanted; an error with nothing left open.
+ */
+errcode_t io_stacked_open(io_manager m, io_manager below, const char *name, int flags, int wanted,
+			  size_t size, io_channel *out);
 void io_stacked_free(io_channel ch);
 /* The last reference to a stacked channel goes: the layer below is closed (its error returned), ch freed. */
 errcode_t io_stacked_close(io_channel ch);
@@ -74,5 +81,14 @@ errcode_t io_stacked_set_blksize(io_channel ch, int blksize);
 /* Every manager's 32-bit block calls: its own 64-bit ones. */
 errcode_t io_read_blk32(io_channel ch, unsigned long block, int count, void *data);
 errcode_t io_write_blk32(io_channel ch, unsigned long block, int count, const void *data);
+
+/*
+ * A layer's io_manager, the same for every layer: its own open, close,
+ * flush, write_byte, 64-bit transfers, discard and zeroout, named
+ * PREFIX_open and so on; set_blksize, set_option and cache_readahead as
+ * given (a stacked layer's are mostly io_stacked_*); the 32-bit calls
+ * through the 64-bit ones.
+ */
+#define IO_LAYER_MANAGER(prefix, desc, set_blksize_fn, set_option_fn, readahead_fn) {		.magic = EXT2_ET_MAGIC_IO_MANAGER,							.name = (desc),										.open = prefix##_open,									.close = prefix##_close,								.set_blksize = (set_blksize_fn),							.read_blk = io_read_blk32,								.write_blk = io_write_blk32,								.flush = prefix##_flush,								.write_byte = prefix##_write_byte,							.set_option = (set_option_fn),								.read_blk64 = prefix##_read_blk64,							.write_blk64 = prefix##_write_blk64,							.discard = prefix##_discard,								.cache_readahead = (readahead_fn),							.zeroout = prefix##_zeroout,							}
 
 #endif

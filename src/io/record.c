@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /* rr_record: the write recorder stacked on the device manager (see record.h). */
-#include "io/record.h"
-#include "io/dev.h"
-#include "io/layer.h"
+#include "record.h"
+#include "dev.h"
+#include "layer.h"
 #include "log.h"
 
 #include <errno.h>
@@ -186,22 +186,8 @@ static errcode_t record_discard(io_channel ch, unsigned long long block, unsigne
 		    block * (uint64_t)ch->block_size, count * (uint64_t)ch->block_size, 0, NULL, 0);
 }
 
-static struct struct_io_manager record_manager = {
-	.magic = EXT2_ET_MAGIC_IO_MANAGER,
-	.name = "rrfuse write recorder",
-	.open = record_open,
-	.close = record_close,
-	.set_blksize = io_stacked_set_blksize,
-	.read_blk = io_read_blk32,
-	.write_blk = io_write_blk32,
-	.flush = record_flush,
-	.write_byte = record_write_byte,
-	.set_option = io_stacked_set_option,
-	.read_blk64 = record_read_blk64,
-	.write_blk64 = record_write_blk64,
-	.discard = record_discard,
-	.cache_readahead = io_stacked_readahead,
-	.zeroout = record_zeroout,
-};
+static struct struct_io_manager record_manager =
+	IO_LAYER_MANAGER(record, "rrfuse write recorder", io_stacked_set_blksize,
+			 io_stacked_set_option, io_stacked_readahead);
 
 io_manager rr_record_io_manager = &record_manager;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /* A block's sum (see sum.h). */
-#include "io/sum.h"
+#include "sum.h"
 
 #include <string.h>
 

@@ -5,8 +5,9 @@
  * in the log or a superblock that contradicts itself is refused, with the
  * reason, before recovery reads a single log block.
  */
-#include "journal/journal.h"
-#include "io/layer.h"
+#include "journal.h"
+#include "layer.h"
+#include "rrfuse/grow.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -46,16 +47,9 @@ static int map_one(ext2_filsys fs, blk64_t *blocknr, e2_blkcnt_t blockcnt, blk64
 		last->len++;
 		return 0;
 	}
-	if (j->nruns == w->cap) {
-		size_t cap = w->cap ? w->cap * 2 : 16;
-		struct jnl_run *r = realloc(j->runs, cap * sizeof(*r));
-
-		if (!r) {
-			w->nomem = 1;
-			return BLOCK_ABORT;
-		}
-		j->runs = r;
-		w->cap = cap;
+	if (rr_grow(&j->runs, sizeof(*j->runs), &w->cap, j->nruns + 1, 16)) {
+		w->nomem = 1;
+		return BLOCK_ABORT;
 	}
 	j->runs[j->nruns++] = (struct jnl_run){ (blk64_t)blockcnt, *blocknr, 1 };
 	return 0;

@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <ext2fs/ext2fs.h>
 
-#include "journal/format.h"
+#include "format.h"
 
 struct jnl {
 	ext2_filsys fs;

@@ -15,9 +15,9 @@
  * ends it too if a commit older than the last one follows (stale blocks
  * from a previous use of the log), and is corruption otherwise.
  */
-#include "journal/recover.h"
-#include "journal/journal.h"
-#include "journal/revoke.h"
+#include "recover.h"
+#include "journal.h"
+#include "revoke.h"
 #include "log.h"
 
 #include <errno.h>

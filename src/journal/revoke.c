@@ -4,7 +4,7 @@
  * at most a few hundred thousand records; a table kept at most half full
  * finds each in a probe or two.
  */
-#include "journal/revoke.h"
+#include "revoke.h"
 
 #include <errno.h>
 #include <stdlib.h>

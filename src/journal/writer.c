@@ -4,8 +4,9 @@
  * logged copies of the metadata blocks, then the commit block (writer.h
  * states the scheme and its ordering rules).
  */
-#include "journal/writer.h"
-#include "journal/journal.h"
+#include "writer.h"
+#include "journal.h"
+#include "rrfuse/grow.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -332,19 +333,7 @@ static int write_group(struct jw *w, uint32_t seq, uint32_t at, int with_sb, siz
 /* Room in b for extra more blocks.  0 or -ENOMEM. */
 static int blocks_room(struct jw_blocks *b, size_t extra)
 {
-	size_t cap = b->cap ? b->cap : 64;
-	blk64_t *v;
-
-	while (cap < b->n + extra)
-		cap *= 2;
-	if (cap == b->cap)
-		return 0;
-	v = realloc(b->v, cap * sizeof(*v));
-	if (!v)
-		return -ENOMEM;
-	b->v = v;
-	b->cap = cap;
-	return 0;
+	return rr_grow(&b->v, sizeof(*b->v), &b->cap, b->n + extra, 64);
 }
 
 static int by_blk(const void *a, const void *b)

@@ -11,6 +11,7 @@
 #include "log.h"
 #include "htree.h"
 #include "xattr.h"
+#include "rrfuse/grow.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -46,6 +47,16 @@ static int check_name(const char *name)
 static int dir_may_change(struct rr_fs *rfs, ext2_ino_t dir, int removing)
 {
 	return (rr_iguard(rfs, dir) & (removing ? RR_FL_GUARD : EXT2_IMMUTABLE_FL)) ? -EPERM : 0;
+}
+
+/* An entry removed or replaced as a directory (rmdir, rename of one) must be one, and the other way round. */
+static int kind_is(int dir, __u16 mode)
+{
+	if (dir && !LINUX_S_ISDIR(mode))
+		return -ENOTDIR;
+	if (!dir && LINUX_S_ISDIR(mode))
+		return -EISDIR;
+	return 0;
 }
 
 /* An immutable or append-only inode is never unlinked, renamed or linked to. */
@@ -144,9 +155,7 @@ static int set_entry_cb(struct ext2_dir_entry *de, int offset, int blocksize, ch
 {
 	struct set_entry_ctx *c = priv;
 
-	(void)offset;
-	(void)blocksize;
-	(void)buf;
+	(void)offset, (void)blocksize, (void)buf;
 	if (!de->inode || (size_t)ext2fs_dirent_name_len(de) != c->len ||
 	    memcmp(de->name, c->name, c->len))
 		return 0;
@@ -172,9 +181,7 @@ static int empty_cb(struct ext2_dir_entry *de, int offset, int blocksize, char *
 {
 	int len = ext2fs_dirent_name_len(de);
 
-	(void)offset;
-	(void)blocksize;
-	(void)buf;
+	(void)offset, (void)blocksize, (void)buf;
 	if (!de->inode)
 		return 0;
 	if ((len == 1 && de->name[0] == '.') || (len == 2 && de->name[0] == '.' && de->name[1] == '.'))
@@ -578,14 +585,9 @@ int dir_unlink(struct rr_fs *rfs, ext2_ino_t dir, const char *name, int isdir)
 		ret = victim_may_change(&in);
 	if (ret)
 		goto out;
-	if (isdir && !LINUX_S_ISDIR(in.i_mode)) {
-		ret = -ENOTDIR;
+	ret = kind_is(isdir, in.i_mode);
+	if (ret)
 		goto out;
-	}
-	if (!isdir && LINUX_S_ISDIR(in.i_mode)) {
-		ret = -EISDIR;
-		goto out;
-	}
 	if (isdir) {
 		ret = dir_empty(rfs, ino);
 		if (ret)
@@ -697,14 +699,9 @@ int dir_rename(struct rr_fs *rfs, ext2_ino_t odir, const char *oname, ext2_ino_t
 	if ((flags & RENAME_WHITEOUT) && (ret = whiteout_new(rfs, odir, oname, cr, &wh)))
 		goto out;
 	if (dst) {
-		if (sdir && !LINUX_S_ISDIR(din.i_mode)) {
-			ret = -ENOTDIR;
+		ret = kind_is(sdir, din.i_mode);
+		if (ret)
 			goto out;
-		}
-		if (!sdir && LINUX_S_ISDIR(din.i_mode)) {
-			ret = -EISDIR;
-			goto out;
-		}
 		if (sdir && (ret = dir_empty(rfs, dst)))
 			goto out;
 		ret = set_entry(rfs, ndir, nname, src, ftype_of(sin.i_mode));
@@ -758,20 +755,11 @@ static int list_cb(struct ext2_dir_entry *de, int offset, int blocksize, char *b
 	};
 	int ft = ext2fs_dirent_file_type(de);
 
-	(void)offset;
-	(void)blocksize;
-	(void)buf;
+	(void)offset, (void)blocksize, (void)buf;
 	if (!de->inode)
 		return 0;
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 64;
-		struct rr_dirent *v = realloc(l->v, cap * sizeof(*v));
-
-		if (!v)
-			return DIRENT_ABORT;
-		l->v = v;
-		l->cap = cap;
-	}
+	if (rr_grow(&l->v, sizeof(*l->v), &l->cap, l->n + 1, 64))
+		return DIRENT_ABORT;
 	l->v[l->n].name = strndup(de->name, (size_t)len);
 	if (!l->v[l->n].name)
 		return DIRENT_ABORT;

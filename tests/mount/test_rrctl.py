@@ -547,6 +547,13 @@ def test_manual_lists_every_key(fs):
     assert not missing, "keys not in doc/rrctl.8: %s" % missing
 
 
+def test_help_lists_every_key(fs):
+    out = subprocess.run([RRCTL, "--help"], capture_output=True, text=True).stdout
+    named = set(re.findall(r"[a-z_0-9]+", out.split("show KEY:")[1].split("KEY=VALUE")[0]))
+    keys = list(values(fs.mnt)) + ["max_prealloc_kb"]
+    assert named == set(keys), "rrctl --help and rrctl MOUNTPOINT differ: %s" % (named ^ set(keys))
+
+
 def test_read_only_mount_says_so(mount_factory):
     m = mount_factory(opts="ro")
     for args in ((), ("mb_stats",), ("mb_stats=1",), ("-g",), ("-s",)):

@@ -19,9 +19,9 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "journal/journal.h"
-#include "journal/writer.h"
-#include "journal/recover.h"
+#include "journal.h"
+#include "writer.h"
+#include "recover.h"
 
 /*
  * 1 KiB blocks so that mke2fs's smallest journal (1024 blocks, the least

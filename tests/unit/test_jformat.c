@@ -18,7 +18,7 @@
 
 #include <time.h>
 
-#include "journal/revoke.h"
+#include "revoke.h"
 
 /* crc32c (Castagnoli, reflected), no inversion in or out: as ext2fs_crc32c_le. */
 static uint32_t crc32c(uint32_t crc, const void *buf, size_t len)

@@ -21,8 +21,8 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
-#include "io/cache.h"
-#include "io/record.h"
+#include "cache.h"
+#include "record.h"
 
 struct js_mark {
 	off_t pos;

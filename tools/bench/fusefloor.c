@@ -491,17 +491,8 @@ static ssize_t floor_dev_read(int fd, void *buf, size_t len, void *userdata)
 
 static ssize_t floor_dev_writev(int fd, struct iovec *iov, int count, void *userdata)
 {
-	ssize_t r;
-	int ring;
-
 	(void)userdata;
-	if (uring_send(iov, count, &r))
-		return r;
-	ring = uring_amend_init_reply(fd, iov, count);
-	r = writev(fd, iov, count);
-	if (ring)
-		uring_go(r > 0);
-	return r;
+	return uring_writev(fd, iov, count);
 }
 
 static const struct fuse_custom_io floor_io = { .read = floor_dev_read, .writev = floor_dev_writev };

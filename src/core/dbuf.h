@@ -31,7 +31,8 @@ struct rr_drun {
 
 struct rr_dbuf {
 	struct rr_drun *v;
-	uint32_t cnt, cap;
+	uint32_t cnt;
+	size_t cap;
 	/* Blocks held; read without the owner's lock (st_blocks, limits). */
 	atomic_uint_fast64_t blocks;
 };

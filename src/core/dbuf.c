@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /* A file's delayed-allocation buffer (see dbuf.h). */
 #include "dbuf.h"
+#include "rrfuse/grow.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -143,15 +144,8 @@ uint64_t dbuf_prefix(const struct rr_dbuf *d, uint64_t lblk, uint64_t n, uint64_
 /* Make room for one more run at index i. */
 static int insert_slot(struct rr_dbuf *d, uint32_t i)
 {
-	if (d->cnt == d->cap) {
-		uint32_t cap = d->cap ? d->cap * 2 : 4;
-		struct rr_drun *v = realloc(d->v, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		d->v = v;
-		d->cap = cap;
-	}
+	if (rr_grow(&d->v, sizeof(*d->v), &d->cap, (size_t)d->cnt + 1, 4))
+		return -ENOMEM;
 	memmove(d->v + i + 1, d->v + i, (d->cnt - i) * sizeof(*d->v));
 	d->cnt++;
 	return 0;
