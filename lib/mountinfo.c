@@ -64,7 +64,7 @@ static int parse(char *line, struct rr_mnt *m)
 enum find_by { BY_TARGET, BY_SOURCE, BY_SUPER };
 
 /* The last mount whose target, source (a resolved path) or superblock (sb's dev and source) matches. */
-static int find(enum find_by by, const char *path, const struct rr_mnt *sb, struct rr_mnt *out)
+static int mnt_find(enum find_by by, const char *path, const struct rr_mnt *sb, struct rr_mnt *out)
 {
 	char want[PATH_MAX], *line = NULL;
 	struct rr_mnt m;
@@ -93,18 +93,18 @@ static int find(enum find_by by, const char *path, const struct rr_mnt *sb, stru
 
 int rr_mnt_at(const char *path, struct rr_mnt *m)
 {
-	return find(BY_TARGET, path, NULL, m);
+	return mnt_find(BY_TARGET, path, NULL, m);
 }
 
 int rr_mnt_of(const char *source, struct rr_mnt *m)
 {
-	return find(BY_SOURCE, source, NULL, m);
+	return mnt_find(BY_SOURCE, source, NULL, m);
 }
 
 int rr_mnt_still_mounted(const struct rr_mnt *sb)
 {
 	struct rr_mnt m;
-	int ret = find(BY_SUPER, NULL, sb, &m);
+	int ret = mnt_find(BY_SUPER, NULL, sb, &m);
 
 	return ret == -ENOENT ? 0 : ret ? ret : 1;
 }

@@ -10,7 +10,7 @@
  *   rrctl MNT sync            commit everything now; returns when it is durable
  *
  * Everything goes through ioctls on MNT (include/rrfuse/rrctl.h); the
- * daemon validates, rrctl only formats (allocators/mb_format.c).  Exit
+ * daemon validates, rrctl only formats (lib/mb_format.c).  Exit
  * status: 0, 1 if anything failed (each failure is reported and the other
  * arguments are still done, as sysctl does), 2 for a usage error.
  */

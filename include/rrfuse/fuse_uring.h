@@ -3,7 +3,7 @@
  * FUSE over io_uring (protocol 7.42, Linux 6.14): the ring entry's header
  * and the command an SQE128 carries, as the kernel's uapi <linux/fuse.h>
  * defines them.  Debian 12's kernel headers (6.1) predate them, so rrfuse
- * (src/fuse/uring.c) speaks them from these.  The layout is the ABI: checked
+ * (lib/uring.c) speaks them from these.  The layout is the ABI: checked
  * below, and against the system's header when it has them.
  */
 #ifndef RRFUSE_FUSE_URING_H

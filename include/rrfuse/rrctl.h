@@ -16,7 +16,7 @@
  * and root; for anyone else the ioctl fails with EPERM.  Reading, and
  * RRCTL_SYNC, are for everyone who can open the mount point.
  *
- * The daemon returns records; rrctl formats them (allocators/mb_format.c
+ * The daemon returns records; rrctl formats them (lib/mb_format.c
  * has the kernel's text formats, shared with the daemon).
  */
 #ifndef RRFUSE_RRCTL_H

@@ -210,7 +210,7 @@ struct rr_fs {
 	int splice;		/* reads are spliced (set at INIT) */
 	const _Atomic uint64_t *requests;	/* [RRCTL_NREQ] by opcode (src/fuse/channel.c), or NULL */
 	const _Atomic uint64_t *request_ns;	/* [RRCTL_NREQ] time to the reply, likewise */
-	const struct rr_ring_stats *ring;	/* requests over io_uring (src/fuse/uring.c), or NULL */
+	const struct rr_ring_stats *ring;	/* requests over io_uring (lib/uring.c), or NULL */
 	struct jw *jw;		/* the journal writer (src/core/journaling.c), set and cleared under the fs lock */
 	/*
 	 * Called by rr_fs_end_op() under the fs lock, where no operation is

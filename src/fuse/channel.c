@@ -20,7 +20,7 @@
  *   that handles it (libfuse's session loops read and process a request in
  *   one thread).  This is why rrfuse never asks for splice reads: a spliced
  *   request's header would not pass through read() here (rr_init).
- * - Carry requests over io_uring (-o io_uring, src/fuse/uring.c): the ring's
+ * - Carry requests over io_uring (-o io_uring, lib/uring.c): the ring's
  *   threads pass each request through chan_take_request, and the replies
  *   libfuse writes for them come back through chan_writev to their entry;
  *   the INIT reply asks for the ring.
@@ -253,7 +253,7 @@ static ssize_t chan_splice_send(int fdin, off_t *offin, int fdout, off_t *offout
 	return splice(fdin, offin, fdout, offout, len, flags);
 }
 
-/* A request from the ring (src/fuse/uring.c), as chan_read would have seen it: 1 when answered here. */
+/* A request from the ring (lib/uring.c), as chan_read would have seen it: 1 when answered here. */
 static int chan_take_request(const void *buf, size_t len)
 {
 	note_request(buf, (ssize_t)len);

@@ -13,7 +13,7 @@ struct rr_fs;
  */
 int chan_attach(struct fuse_session *se, struct rr_fs *rfs);
 
-/* After the session ended and the mount is gone: the ring's threads are done (src/fuse/uring.c). */
+/* After the session ended and the mount is gone: the ring's threads are done (lib/uring.c). */
 void chan_detach(void);
 
 /*

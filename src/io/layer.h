@@ -89,6 +89,23 @@ errcode_t io_write_blk32(io_channel ch, unsigned long block, int count, const vo
  * given (a stacked layer's are mostly io_stacked_*); the 32-bit calls
  * through the 64-bit ones.
  */
-#define IO_LAYER_MANAGER(prefix, desc, set_blksize_fn, set_option_fn, readahead_fn) {		.magic = EXT2_ET_MAGIC_IO_MANAGER,							.name = (desc),										.open = prefix##_open,									.close = prefix##_close,								.set_blksize = (set_blksize_fn),							.read_blk = io_read_blk32,								.write_blk = io_write_blk32,								.flush = prefix##_flush,								.write_byte = prefix##_write_byte,							.set_option = (set_option_fn),								.read_blk64 = prefix##_read_blk64,							.write_blk64 = prefix##_write_blk64,							.discard = prefix##_discard,								.cache_readahead = (readahead_fn),							.zeroout = prefix##_zeroout,							}
+#define IO_LAYER_MANAGER(prefix, desc, set_blksize_fn, set_option_fn, readahead_fn) \
+	{ \
+		.magic = EXT2_ET_MAGIC_IO_MANAGER, \
+		.name = (desc), \
+		.open = prefix##_open, \
+		.close = prefix##_close, \
+		.set_blksize = (set_blksize_fn), \
+		.read_blk = io_read_blk32, \
+		.write_blk = io_write_blk32, \
+		.flush = prefix##_flush, \
+		.write_byte = prefix##_write_byte, \
+		.set_option = (set_option_fn), \
+		.read_blk64 = prefix##_read_blk64, \
+		.write_blk64 = prefix##_write_blk64, \
+		.discard = prefix##_discard, \
+		.cache_readahead = (readahead_fn), \
+		.zeroout = prefix##_zeroout, \
+	}
 
 #endif

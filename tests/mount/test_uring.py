@@ -1,4 +1,4 @@
-"""FUSE requests over io_uring (-o io_uring, protocol 7.42, src/fuse/uring.c): the
+"""FUSE requests over io_uring (-o io_uring, protocol 7.42, lib/uring.c): the
 requests go over the ring (rrctl -s counts them per transport), the files are
 what the kernel's ext4 reads back, and an unmount, an abort of the connection
 or a SIGKILL of the daemon during ring traffic leave no hung thread or

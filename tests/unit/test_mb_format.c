@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
-/* The kernel's mb_groups and mb_stats text from rrctl's records (allocators/mb_format.c). */
+/* The kernel's mb_groups and mb_stats text from rrctl's records (lib/mb_format.c). */
 #include "unit.h"
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../allocators/mb_format.h"
+#include "mb_format.h"
 
 /* Run fn into a string (the caller frees it). */
 #define CAPTURE(out, call) do {						\

@@ -13,7 +13,7 @@
  *
  * Usage as rrbench mounts a daemon: fusefloor IMAGE MOUNTPOINT [-f] [-o ...];
  * "-o no_writeback_cache" on its own turns the writeback cache off, and
- * "-o io_uring" carries the requests over io_uring (rrfuse's src/fuse/uring.c),
+ * "-o io_uring" carries the requests over io_uring (rrfuse's lib/uring.c),
  * as they do for rrfuse, and "-o counts=FILE" writes how many requests of
  * each opcode came, "OPCODE COUNT" a line, to FILE at the end (what rrctl -s
  * counts for rrfuse).
@@ -476,7 +476,7 @@ static void write_counts(const char *path)
 	fclose(f);
 }
 
-/* /dev/fuse as libfuse would use it, but for the ring's INIT offer and replies (src/fuse/uring.c). */
+/* /dev/fuse as libfuse would use it, but for the ring's INIT offer and replies (lib/uring.c). */
 static ssize_t floor_dev_read(int fd, void *buf, size_t len, void *userdata)
 {
 	ssize_t n = read(fd, buf, len);
