@@ -137,7 +137,7 @@ static int show(int fd, const char *name)
 }
 
 /* Set name=value, then show what the daemon kept (clamped, rounded); 0 or -1. */
-static int set(int fd, const char *arg)
+static int set_tunable(int fd, const char *arg)
 {
 	const char *eq = strchr(arg, '=');
 	struct rrctl_tunable t;
@@ -164,7 +164,7 @@ static int set(int fd, const char *arg)
 	return show(fd, t.name);
 }
 
-static int list(int fd)
+static int list_tunables(int fd)
 {
 	struct rrctl_tunable t;
 	uint32_t i;
@@ -294,7 +294,7 @@ static int do_sync(int fd)
 	return 0;
 }
 
-static int stats(int fd)
+static int print_stats(int fd)
 {
 	struct rrctl_stats s;
 
@@ -356,16 +356,16 @@ int main(int argc, char *argv[])
 		return 1;
 	}
 	if (argc == 2)
-		ret = list(fd);
+		ret = list_tunables(fd);
 	else if (!strcmp(argv[2], "-g"))
 		ret = groups(fd);
 	else if (!strcmp(argv[2], "-s"))
-		ret = stats(fd);
+		ret = print_stats(fd);
 	else if (!strcmp(argv[2], "sync"))
 		ret = do_sync(fd);
 	else
 		for (i = 2; i < argc; i++)
-			if ((strchr(argv[i], '=') ? set(fd, argv[i]) : show(fd, argv[i])) < 0)
+			if ((strchr(argv[i], '=') ? set_tunable(fd, argv[i]) : show(fd, argv[i])) < 0)
 				ret = -1;
 	close(fd);
 	if (fflush(stdout)) {
