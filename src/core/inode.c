@@ -225,21 +225,12 @@ void rr_iabsent_set(struct rr_fs *rfs, ext2_ino_t dir, const char *name)
 int rr_iabsent_take(struct rr_fs *rfs, ext2_ino_t dir, const char *name)
 {
 	struct rr_inode *ri = itab_hold(rfs, dir);
-	int kept = ri && ri->absent[0] && !strcmp(ri->absent, name);
+	int kept = ri && name && ri->absent[0] && !strcmp(ri->absent, name);
 
 	if (ri)
 		ri->absent[0] = 0;
 	itab_unhold(rfs);
 	return kept;
-}
-
-void rr_iabsent_clear(struct rr_fs *rfs, ext2_ino_t dir)
-{
-	struct rr_inode *ri = itab_hold(rfs, dir);
-
-	if (ri)
-		ri->absent[0] = 0;
-	itab_unhold(rfs);
 }
 
 /* Unhash ri if nothing holds it any more; then the caller frees it. Under itab.lock. */

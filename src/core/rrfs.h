@@ -332,12 +332,15 @@ void rr_iunpin(struct rr_fs *rfs, struct rr_inode *ri);
 void rr_ixattr_changed(struct rr_fs *rfs, ext2_ino_t ino);
 /*
  * Directory dir's absent name (rr_inode.absent), if dir is in memory; the
- * fs lock held.  Keep name as absent; 1 if name is the one kept (which is
- * then forgotten); forget it (an entry is being added).
+ * fs lock held.  Keep name as absent; forget the kept one, returning 1 if
+ * it was name (NULL: just forget, as an entry is being added).
  */
 void rr_iabsent_set(struct rr_fs *rfs, ext2_ino_t dir, const char *name);
 int rr_iabsent_take(struct rr_fs *rfs, ext2_ino_t dir, const char *name);
-void rr_iabsent_clear(struct rr_fs *rfs, ext2_ino_t dir);
+static inline void rr_iabsent_clear(struct rr_fs *rfs, ext2_ino_t dir)
+{
+	rr_iabsent_take(rfs, dir, NULL);
+}
 unsigned int rr_iguard(struct rr_fs *rfs, ext2_ino_t ino);
 void rr_iput(struct rr_fs *rfs, struct rr_inode *ri, uint64_t nlookup, int close);
 uint64_t rr_idelayed(struct rr_fs *rfs, ext2_ino_t ino, uint64_t *size);

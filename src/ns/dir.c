@@ -122,13 +122,16 @@ static int remove_entry(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext
 	return rr_err_ino(ext2fs_unlink(rfs->fs, dir, name, ino, 0), dir);
 }
 
-/* Add an entry, growing the directory when it is full. */
+/*
+ * Add an entry, growing the directory when it is full.  The caller has
+ * made dir forget its absent name (lock_for_new_entry's take, or
+ * rr_iabsent_clear): a LOOKUP may have kept this one.
+ */
 static int add_entry(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t ino, int ftype)
 {
 	errcode_t err;
 	int ret;
 
-	rr_iabsent_clear(rfs, dir);
 	err = ext2fs_link(rfs->fs, dir, name, ino, ftype);
 	if (err != EXT2_ET_DIR_NO_SPACE)
 		return rr_err_ino(err, dir);
@@ -516,6 +519,7 @@ int dir_link(struct rr_fs *rfs, ext2_ino_t ino, ext2_ino_t dir, const char *name
 		ret = -ENOENT;
 		goto out;
 	}
+	rr_iabsent_clear(rfs, dir);
 	ret = add_entry(rfs, dir, name, ino, ftype_of(in->i_mode));
 	if (ret)
 		goto out;
@@ -716,6 +720,7 @@ int dir_rename(struct rr_fs *rfs, ext2_ino_t odir, const char *oname, ext2_ino_t
 			if (ret)
 				goto out;
 		}
+		rr_iabsent_clear(rfs, ndir);
 		ret = add_entry(rfs, ndir, nname, src, ftype_of(sin.i_mode));
 	}
 	if (ret)
