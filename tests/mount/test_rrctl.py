@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from conftest import RRCTL, RRFUSE, REPO, Mount, loop_works, make_image, pattern, wait_for
+from conftest import RRCTL, RRFUSE, REPO, Mount, fsck, loop_works, make_image, pattern, wait_for
 from test_unprivileged import user_dir  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.rrfuse_only
@@ -686,6 +686,8 @@ def test_linear_groups_follow_the_device_as_the_kernels(where):
         m.unmount()
     finally:
         m.cleanup()
+    rc, out = fsck(image)
+    assert rc == 0, out
     assert got == kernels_linear_groups(image), where
     if where == "shm":
         assert got == "0"
