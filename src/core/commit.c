@@ -128,15 +128,15 @@ int rr_fs_commit(struct rr_fs *rfs, int sync)
 }
 
 /*
- * Everything durable now: delayed data gets its blocks and is written, then
- * one commit (a transaction when journaled) and a device flush.  The
- * commit thread's periodic work and rrctl's sync (RRCTL_SYNC).  The commit
- * runs even when delayed data failed (what did get written is mapped);
- * the first error is returned.  Fs lock not held.
+ * Delayed data gets its blocks and is written (all of it, or what is due),
+ * then one commit (a transaction when journaled) and a device flush: the
+ * commit thread's periodic work, and with all of it rrctl's sync
+ * (RRCTL_SYNC).  The commit runs even when delayed data failed (what did
+ * get written is mapped); the first error is returned.  Fs lock not held.
  */
-int rr_fs_sync(struct rr_fs *rfs)
+static int sync_delayed(struct rr_fs *rfs, int due_only)
 {
-	int ret = rr_fs_flush_delayed(rfs), cret;
+	int ret = rr_fs_flush_delayed(rfs, due_only), cret;
 
 	if (ret)
 		rr_log(LOG_ERR, "writing delayed data failed: %s", strerror(-ret));
@@ -144,6 +144,11 @@ int rr_fs_sync(struct rr_fs *rfs)
 	if (cret)
 		rr_log(LOG_ERR, "commit failed: %s", strerror(-cret));
 	return ret ? ret : cret;
+}
+
+int rr_fs_sync(struct rr_fs *rfs)
+{
+	return sync_delayed(rfs, 0);
 }
 
 /* The allocator's way to a commit, when file data finds free space only in blocks freed since the last. */
@@ -165,12 +170,21 @@ static void *commit_main(void *arg)
 		if (rfs->commit_stop)
 			break;
 		pthread_mutex_unlock(&rfs->commit_lock);
-		/* Periodic writeback: delayed data gets its blocks, then the metadata goes out. */
-		rr_fs_sync(rfs);
+		/* Periodic writeback: delayed data that is due gets its blocks, then the metadata goes out. */
+		sync_delayed(rfs, 1);
 		pthread_mutex_lock(&rfs->commit_lock);
 	}
 	pthread_mutex_unlock(&rfs->commit_lock);
 	return NULL;
+}
+
+void rr_fs_kick_commit(struct rr_fs *rfs)
+{
+	if (!rfs->commit_running)
+		return;
+	pthread_mutex_lock(&rfs->commit_lock);
+	pthread_cond_signal(&rfs->commit_cond);
+	pthread_mutex_unlock(&rfs->commit_lock);
 }
 
 void rr_fs_start_commit_thread(struct rr_fs *rfs)

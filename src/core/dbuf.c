@@ -180,9 +180,14 @@ static int64_t cover(struct rr_dbuf *d, unsigned int bbits, uint64_t first, uint
 		return i;
 	}
 	r = &d->v[i];
-	if (j == i + 1 && r->lblk <= first) {
-		/* One run, grown at its end only: the case of a file written in order. */
-		uint64_t n = end > run_end(r) ? end - r->lblk : r->n;
+	if (r->lblk <= first) {
+		/*
+		 * Grown at its end only, in place: a file written in order, or
+		 * the next pages arriving before the ones between (the kernel
+		 * writes back several requests at once); the runs it reaches
+		 * are copied into it, never it into a new mapping.
+		 */
+		uint64_t n = (end > run_end(&d->v[j - 1]) ? end : run_end(&d->v[j - 1])) - r->lblk;
 
 		if ((n << bbits) > r->mapped) {
 			size_t mapped = page_round((size_t)n << bbits > 2 * r->mapped ?
@@ -202,12 +207,20 @@ static int64_t cover(struct rr_dbuf *d, unsigned int bbits, uint64_t first, uint
 				       (size_t)((n < r->hw ? n : r->hw) - r->n) << bbits);
 			if (n > r->hw)
 				r->hw = (uint32_t)n;
-			atomic_fetch_add(&d->blocks, n - r->n);
+			for (k = i + 1; k < j; k++) {
+				memcpy(r->buf + ((size_t)(d->v[k].lblk - r->lblk) << bbits), d->v[k].buf,
+				       (size_t)d->v[k].n << bbits);
+				had += d->v[k].n;
+				run_free(&d->v[k], bbits);
+			}
+			memmove(d->v + i + 1, d->v + j, (d->cnt - j) * sizeof(*d->v));
+			d->cnt -= j - i - 1;
+			atomic_fetch_add(&d->blocks, n - r->n - had);
 			r->n = (uint32_t)n;
 		}
 		return i;
 	}
-	/* Several runs, or one grown at its front: join them in a new mapping. */
+	/* Grown at its front: joined in a new mapping. */
 	s = first < r->lblk ? first : r->lblk;
 	e = end > run_end(&d->v[j - 1]) ? end : run_end(&d->v[j - 1]);
 	{
@@ -299,7 +312,21 @@ void dbuf_consume(struct rr_dbuf *d, unsigned int bbits, uint32_t i, uint32_t n)
 		memmove(d->v + i, d->v + i + 1, (d->cnt - i - 1) * sizeof(*d->v));
 		d->cnt--;
 	} else {
-		memmove(r->buf, r->buf + ((size_t)n << bbits), (size_t)(r->n - n) << bbits);
+		size_t cut = (size_t)n << bbits;
+
+		/*
+		 * Whole pages are handed back and the run starts further on: a
+		 * big file's buffer goes out in requests of a few MiB, and
+		 * moving the rest down each time costs as much as the file.
+		 */
+		if (cut % (size_t)sysconf(_SC_PAGESIZE) == 0) {
+			munmap(r->buf, cut);
+			r->buf += cut;
+			r->mapped -= cut;
+			r->hw = r->hw > n ? r->hw - n : 0;
+		} else {
+			memmove(r->buf, r->buf + cut, (size_t)(r->n - n) << bbits);
+		}
 		r->lblk += n;
 		r->n -= n;
 	}

@@ -238,7 +238,7 @@ int rr_itab_release_locked(struct rr_itab *t, struct rr_inode *ri)
 {
 	struct rr_inode **pp;
 
-	if (ri->nlookup || ri->nopen || ri->pins)
+	if (ri->nlookup || ri->nopen || ri->pins || atomic_load(&ri->held))
 		return 0;
 	for (pp = &t->hash[ihash(t, ri->ino)]; *pp != ri; pp = &(*pp)->hnext)
 		;

@@ -487,7 +487,7 @@ int rr_fs_close(struct rr_fs *rfs)
 	}
 	if (!rfs->fs)
 		return 0;
-	if (!rfs->ro && rr_fs_flush_delayed(rfs))
+	if (!rfs->ro && rr_fs_flush_delayed(rfs, 0))
 		rr_log(LOG_ERR, "unmount: delayed data could not be written: it is lost");
 	rr_itab_empty(rfs);
 	free(rfs->delayed.inos);
@@ -573,7 +573,7 @@ int rr_fs_remount(struct rr_fs *rfs, int ro, char *err, size_t errlen)
 	}
 	if (rfs->ro && !rfs->mounted)
 		return 0;
-	ret = rr_fs_flush_delayed(rfs);
+	ret = rr_fs_flush_delayed(rfs, 0);
 	if (!ret)
 		ret = rr_fs_commit(rfs, 0);
 	if (ret) {

@@ -101,6 +101,15 @@ struct rr_inode {
 	/* Outgrew the buffer while open: writes allocate at once until the last writer goes. */
 	atomic_int streaming;
 	/*
+	 * -o delalloc=hold: the buffer outlived the last close, as dirty pages
+	 * outlive it in the kernel's page cache; the in-memory inode stays
+	 * (rr_itab_release_locked) until its data is written or, unlinked,
+	 * may go with it.  dirtied: CLOCK_MONOTONIC seconds when the buffer
+	 * last started to hold data (the kernel's inode->dirtied_when).
+	 */
+	atomic_int held;
+	atomic_int_fast64_t dirtied;
+	/*
 	 * The kernel asks for security.capability before every write() (to
 	 * drop privileges); it is almost never there.  caps_absent ==
 	 * xattr_gen + 1 records "absent" as of the current attribute set.
@@ -151,13 +160,16 @@ struct rr_itab {
 	size_t nbuckets, count;
 };
 
+/* -o delalloc=hold: written data held as the kernel's page cache holds dirty pages (src/data/data.c). */
+#define RR_DELALLOC_HOLD 2
+
 struct rr_opts {
 	unsigned int commit_secs;
 	int ro;
 	int norecovery;
 	int writeback;		/* kernel writeback cache */
 	int splice;		/* reads spliced from the image where they can be (-o nosplice: 0) */
-	int delalloc;		/* delay allocating the kernel's written-back pages (-o nodelalloc: no) */
+	int delalloc;		/* delay allocating the kernel's written-back pages: 0 (-o nodelalloc), 1, RR_DELALLOC_HOLD */
 	int direct;		/* O_DIRECT data transfers: 1, 0, -1 = on block devices */
 	int debug;
 	int single;		/* -s: one thread serves every request */
@@ -180,8 +192,11 @@ struct rr_ring_stats;
  * tests).
  */
 struct rr_data_hooks {
-	/* Delayed data to its blocks: at each commit tick, remount read-only and unmount. */
-	int (*flush_all)(struct rr_fs *rfs);
+	/*
+	 * Delayed data to its blocks: all of it (unmount, remount read-only,
+	 * rrctl sync), or what is due at a commit tick (due_only).
+	 */
+	int (*flush_all)(struct rr_fs *rfs, int due_only);
 	/* An in-memory inode goes: its delayed data and cached block map go with it. */
 	void (*evict)(struct rr_fs *rfs, struct rr_inode *ri);
 	/* Cut a file to size bytes (the orphan cleanup finishing a truncate a crash left). */
@@ -285,13 +300,15 @@ int rr_fs_commit_for_alloc(void *rfs);
 int rr_fs_commit(struct rr_fs *rfs, int sync);
 /* The commit's work under the fs lock (held); journaled, the transaction too. */
 int rr_fs_commit_locked(struct rr_fs *rfs, int sync);
-/* Delayed data written, one commit, the device flushed (commit thread, rrctl sync).  Fs lock not held. */
+/* Delayed data written, one commit, the device flushed (rrctl sync).  Fs lock not held. */
 int rr_fs_sync(struct rr_fs *rfs);
 void rr_fs_start_commit_thread(struct rr_fs *rfs);
+/* Have the commit thread's tick come now (the data layer holds more than it should). */
+void rr_fs_kick_commit(struct rr_fs *rfs);
 
-static inline int rr_fs_flush_delayed(struct rr_fs *rfs)
+static inline int rr_fs_flush_delayed(struct rr_fs *rfs, int due_only)
 {
-	return rfs->hooks && rfs->hooks->flush_all ? rfs->hooks->flush_all(rfs) : 0;
+	return rfs->hooks && rfs->hooks->flush_all ? rfs->hooks->flush_all(rfs, due_only) : 0;
 }
 
 /*
@@ -405,9 +422,11 @@ ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size
 		   uint64_t off, int root, int delay, int *short_err);
 /* Give the inode's delayed data its blocks.  closed: no writer is left (its size is final). */
 int data_flush(struct rr_fs *rfs, struct rr_inode *ri, int closed);
-/* data_flush for every inode with delayed data (commit thread, unmount). */
 extern const struct rr_data_hooks data_hooks;	/* for rr_fs_open */
-int data_flush_all(struct rr_fs *rfs);
+/* data_flush for every inode with delayed data (unmount, sync), or for those due (commit tick). */
+int data_flush_all(struct rr_fs *rfs, int due_only);
+/* The last writer closed the file: its delayed data is flushed, or held (-o delalloc=hold). */
+int data_close(struct rr_fs *rfs, struct rr_inode *ri);
 /* Forget the inode's delayed data: the in-memory inode is going (logged unless it was unlinked). */
 int data_grow(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size);
 int data_truncate(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size);

@@ -30,6 +30,7 @@
 #include "error.h"
 #include "rrfs.h"
 #include "dev.h"
+#include "hold.h"
 #include "log.h"
 #include "rrfuse/grow.h"
 
@@ -38,6 +39,7 @@
 #include <linux/falloc.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static const char zero_block[65536];
@@ -53,6 +55,12 @@ static const char zero_block[65536];
 #define DELAY_INODE_MAX (8ULL << 20)
 #define DELAY_TOTAL_MAX (256ULL << 20)
 #define DELAY_RUNS_MAX 1024
+/*
+ * ext4's writepages maps at most this many blocks per allocation request
+ * (MAX_WRITEPAGES_EXTENT_LEN): held data goes out in requests of this size,
+ * so that two files written back at once (two fsyncs) interleave as on ext4.
+ */
+#define WRITEPAGES_EXTENT_MAX 2048
 
 /*
  * ext4's s_maxbytes for extent-mapped files (ext4_max_size): 2^32 - 1
@@ -374,6 +382,19 @@ static int64_t fill_hole(struct rr_fs *rfs, struct rr_inode *ri, const char *src
 
 /* ---- delayed allocation ---- */
 
+static int holding(const struct rr_fs *rfs)
+{
+	return rfs->opts.delalloc == RR_DELALLOC_HOLD;
+}
+
+static int64_t monotonic_secs(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec;
+}
+
 /* Keep the listed inodes that still hold delayed data.  Under delayed.lock. */
 static void delay_list_compact(struct rr_fs *rfs)
 {
@@ -414,8 +435,10 @@ static void delay_account(struct rr_fs *rfs, struct rr_inode *ri, uint64_t befor
 		atomic_fetch_add(&rfs->delayed.blocks, now - before);
 	else
 		atomic_fetch_sub(&rfs->delayed.blocks, before - now);
-	if (!before && now)
+	if (!before && now) {
+		atomic_store(&ri->dirtied, monotonic_secs());
 		delay_list(rfs, ri->ino);
+	}
 }
 
 /*
@@ -472,12 +495,13 @@ static int flush_locked(struct rr_fs *rfs, struct rr_inode *ri, int closed)
 	while (ri->dbuf.cnt && !ret) {
 		struct rr_drun *r = &ri->dbuf.v[0];
 		uint64_t pos = blk_start(rfs, r->lblk), before = atomic_load(&ri->dbuf.blocks);
+		uint32_t n = holding(rfs) && r->n > WRITEPAGES_EXTENT_MAX ? WRITEPAGES_EXTENT_MAX : r->n;
 		int64_t done;
 
 		ret = emap_ensure(rfs, ri);
 		if (ret)
 			break;
-		done = fill_hole(rfs, ri, r->buf, pos, blk_start(rfs, r->lblk + r->n), r->n, flags, 0);
+		done = fill_hole(rfs, ri, r->buf, pos, blk_start(rfs, r->lblk + n), n, flags, 0);
 		if (done < 0) {
 			ret = (int)done;
 			break;
@@ -488,6 +512,8 @@ static int flush_locked(struct rr_fs *rfs, struct rr_inode *ri, int closed)
 	/* All on disk: so is the size (data written directly past the last run, as into unwritten blocks). */
 	if (!ret && !ri->dbuf.cnt && ri->disksize < ri->size)
 		ret = write_size(rfs, ri, ri->size, ri->size, 0);
+	if (!ri->dbuf.cnt)
+		atomic_store(&ri->held, 0);
 	return ret;
 }
 
@@ -505,18 +531,56 @@ int data_flush(struct rr_fs *rfs, struct rr_inode *ri, int closed)
 	 * Unlinked with no writer left: the data dies with the file (ext4 does
 	 * not write such pages back either), but readers may still have it open.
 	 */
-	if (closed && !inode_read(rfs, ri->ino, &in) && !in.i_links_count)
+	if (closed && !inode_read(rfs, ri->ino, &in) && !in.i_links_count) {
+		atomic_store(&ri->held, 0);
 		ret = 0;
-	else
+	} else
 		ret = flush_locked(rfs, ri, closed);
 	pthread_rwlock_unlock(&ri->rw);
 	return ret;
 }
 
-int data_flush_all(struct rr_fs *rfs)
+/*
+ * Held data (-o delalloc=hold) the kernel's flusher would write now: older
+ * than the expiry, any while all files hold more than the background
+ * threshold (the list is oldest first, as the flusher's), or an unlinked
+ * file's, which goes without being written.
+ */
+static int due(struct rr_fs *rfs, struct rr_inode *ri, int64_t now)
 {
+	const struct rr_hold_limits *h = rr_hold_limits();
+	struct ext2_inode_large in;
+
+	if (atomic_load(&ri->dirtied) + (int64_t)h->expire_secs <= now ||
+	    blk_start(rfs, atomic_load(&rfs->delayed.blocks)) > h->background_bytes)
+		return 1;
+	return !inode_read(rfs, ri->ino, &in) && !in.i_links_count;
+}
+
+/* Put kept[0..n) back at the head of the list, ahead of what was listed meanwhile: oldest first. */
+static void delay_relist(struct rr_fs *rfs, ext2_ino_t *kept, size_t n)
+{
+	size_t cur, cap = n;
+
+	pthread_mutex_lock(&rfs->delayed.lock);
+	cur = rfs->delayed.n;
+	if (!rr_grow(&kept, sizeof(*kept), &cap, n + cur, 1)) {
+		memcpy(kept + n, rfs->delayed.inos, cur * sizeof(*kept));
+		free(rfs->delayed.inos);
+		rfs->delayed.inos = kept;
+		rfs->delayed.n = n + cur;
+		rfs->delayed.cap = cap;
+		kept = NULL;
+	}
+	pthread_mutex_unlock(&rfs->delayed.lock);
+	free(kept);
+}
+
+int data_flush_all(struct rr_fs *rfs, int due_only)
+{
+	int64_t now = monotonic_secs();
 	ext2_ino_t *inos;
-	size_t n, i;
+	size_t n, i, kept = 0;
 	int ret = 0;
 
 	pthread_mutex_lock(&rfs->delayed.lock);
@@ -531,6 +595,11 @@ int data_flush_all(struct rr_fs *rfs)
 
 		if (!ri)
 			continue;
+		if (due_only && holding(rfs) && atomic_load(&ri->dbuf.blocks) && !due(rfs, ri, now)) {
+			inos[kept++] = inos[i];
+			rr_iunpin(rfs, ri);
+			continue;
+		}
 		r = data_flush(rfs, ri, !atomic_load(&ri->nwriters));
 		if (r) {
 			/* Listed again, so that a later tick tries once more. */
@@ -540,8 +609,25 @@ int data_flush_all(struct rr_fs *rfs)
 		}
 		rr_iunpin(rfs, ri);
 	}
-	free(inos);
+	if (kept)
+		delay_relist(rfs, inos, kept);
+	else
+		free(inos);
 	return ret;
+}
+
+int data_close(struct rr_fs *rfs, struct rr_inode *ri)
+{
+	struct ext2_inode_large in;
+
+	atomic_store(&ri->streaming, 0);
+	/* As ext4 keeps dirty pages past close: written when due (data_flush_all), fsync or sync. */
+	if (holding(rfs) && atomic_load(&ri->dbuf.blocks) && !inode_read(rfs, ri->ino, &in) &&
+	    in.i_links_count) {
+		atomic_store(&ri->held, 1);
+		return 0;
+	}
+	return data_flush(rfs, ri, 1);
 }
 
 static void data_drop_delayed(struct rr_fs *rfs, struct rr_inode *ri)
@@ -671,7 +757,20 @@ ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size
 		ret = r2;
 	}
 	/* A flush that fails here leaves the data buffered: fsync reports it. */
-	if (!ret && delay) {
+	if (!ret && delay && holding(rfs)) {
+		uint64_t total = blk_start(rfs, atomic_load(&rfs->delayed.blocks));
+
+		/*
+		 * Past the background threshold the flusher starts, oldest file
+		 * first; past twice it (vm.dirty_ratio's default against
+		 * dirty_background_ratio's) the writer writes its own pages, as
+		 * balance_dirty_pages makes a writer wait on them.
+		 */
+		if (total >= 2 * rr_hold_limits()->background_bytes)
+			flush_locked(rfs, ri, 0);
+		else if (total >= rr_hold_limits()->background_bytes)
+			rr_fs_kick_commit(rfs);
+	} else if (!ret && delay) {
 		int stream = blk_start(rfs, atomic_load(&ri->dbuf.blocks)) >= DELAY_INODE_MAX;
 
 		if (stream)

@@ -34,18 +34,20 @@ static void fh_init(fuse_req_t req, struct rr_inode *ri, struct fuse_file_info *
 
 /*
  * A writer's handle goes: the last one writes the delayed data out (the
- * file's size is final now) and gives the file's preallocations back (as
- * ext4_release_file).  A failure here has no one to tell (as ext4's
- * writeback errors, fsync reports them): the data stays buffered, and the
- * commit thread tries again.
+ * file's size is final now; -o delalloc=hold keeps it) and, when none is
+ * left, gives the file's preallocations back (as ext4_release_file).  A
+ * failure here has no one to tell (as ext4's writeback errors, fsync
+ * reports them): the data stays buffered, and the commit thread tries again.
  */
 static void fh_release(struct rr_fs *rfs, struct rr_inode *ri, struct fuse_file_info *fi)
 {
 	if ((fi->fh & RR_FH_WRITER) && atomic_fetch_sub(&ri->nwriters, 1) == 1 && rfs->alloc) {
-		int ret = data_flush(rfs, ri, 1);
+		int ret = data_close(rfs, ri);
 
 		if (ret)
 			rr_log(LOG_ERR, "inode %u: writing delayed data at close: %s", ri->ino, strerror(-ret));
+		if (atomic_load(&ri->dbuf.blocks))
+			return;
 		rr_fs_lock(rfs);
 		rr_alloc_discard_inode(rfs->alloc, ri->ino);
 		rr_fs_end_op(rfs);

@@ -137,6 +137,44 @@ START_TEST(in_order_is_one_run)
 }
 END_TEST
 
+/*
+ * The kernel writes a file back in several requests at once, which arrive
+ * out of order: a gap filled later joins the runs into the first one in
+ * place (its mapping is not copied), and a big run consumed from its front
+ * hands whole pages back without moving the rest.
+ */
+START_TEST(out_of_order_joins_in_place)
+{
+	struct rr_dbuf d = { 0 };
+	static char mib[1u << 20];
+	char *first;
+	uint64_t k, order[] = { 0, 2, 1, 4, 3, 6, 5, 7 };
+
+	for (k = 0; k < 8; k++) {
+		memset(mib, (int)order[k] + 1, sizeof(mib));
+		ck_assert_int_eq(dbuf_write(&d, 12, order[k] << 20, mib, sizeof(mib)), 0);
+		if (k == 0)
+			ck_assert_int_eq(dbuf_write(&d, 12, 8u << 20, mib, 4096), 0);	/* grows the mapping */
+	}
+	ck_assert_uint_eq(d.cnt, 1);
+	ck_assert_uint_eq(d.v[0].n, 2049);
+	first = d.v[0].buf;
+	memset(mib, 9, sizeof(mib));
+	ck_assert_int_eq(dbuf_write(&d, 12, (8u << 20) + 4096, mib, 4096), 0);
+	ck_assert_ptr_eq(d.v[0].buf, first);
+	dbuf_consume(&d, 12, 0, 512);
+	ck_assert_ptr_eq(d.v[0].buf, first + (2u << 20));
+	ck_assert_uint_eq(d.v[0].lblk, 512);
+	dbuf_read(&d, 12, 2u << 20, mib, sizeof(mib));
+	ck_assert_int_eq(mib[0], 3);
+	ck_assert_int_eq(mib[sizeof(mib) - 1], 3);
+	dbuf_read(&d, 12, 7u << 20, mib, sizeof(mib));
+	ck_assert_int_eq(mib[0], 8);
+	ck_assert_uint_eq(atomic_load(&d.blocks), 2050 - 512);
+	dbuf_clear(&d);
+}
+END_TEST
+
 START_TEST(promise_and_prefix)
 {
 	struct rr_dbuf d = { 0 };
@@ -174,6 +212,7 @@ int main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_loop_test(tc, random_against_model, 0, 4);
 	tcase_add_test(tc, in_order_is_one_run);
+	tcase_add_test(tc, out_of_order_joins_in_place);
 	tcase_add_test(tc, promise_and_prefix);
 	suite_add_tcase(s, tc);
 	return unit_run(s);
