@@ -387,6 +387,22 @@ static int holding(const struct rr_fs *rfs)
 	return rfs->opts.delalloc == RR_DELALLOC_HOLD;
 }
 
+/*
+ * ext4_nonda_switch, for -o delalloc=hold: with free blocks under twice
+ * those promised to delayed data, all of it is pushed out (the next tick);
+ * under one and a half times (or a small margin above them), a write gets
+ * its blocks at once instead of waiting (1).
+ */
+static int free_space_short(struct rr_fs *rfs)
+{
+	uint64_t dirty = rr_alloc_reserved(rfs->alloc), free = rr_alloc_free(rfs->alloc) + dirty;
+	uint64_t watermark = 4 * 32 * (uint64_t)sysconf(_SC_NPROCESSORS_CONF);
+
+	if (dirty && free < 2 * dirty && !atomic_exchange(&rfs->delayed.push, 1))
+		rr_fs_kick_commit(rfs);
+	return 2 * free < 3 * dirty || free < dirty + watermark;
+}
+
 static int64_t monotonic_secs(void)
 {
 	struct timespec ts;
@@ -583,6 +599,9 @@ int data_flush_all(struct rr_fs *rfs, int due_only)
 	size_t n, i, kept = 0;
 	int ret = 0;
 
+	if (atomic_exchange(&rfs->delayed.push, 0))
+		due_only = 0;
+
 	pthread_mutex_lock(&rfs->delayed.lock);
 	inos = rfs->delayed.inos;
 	n = rfs->delayed.n;
@@ -688,7 +707,7 @@ ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size
 	pthread_rwlock_wrlock(&ri->rw);
 	/* The writeback cache's pages of a stream: allocated now, as the kernel's writeback would. */
 	wb = delay && atomic_load(&ri->streaming) ? RR_ALLOC_WRITEBACK : 0;
-	delay = delay && !wb;
+	delay = delay && !wb && !(holding(rfs) && free_space_short(rfs));
 	ret = emap_ensure(rfs, ri);
 	/* A direct write maps blocks: none may be waiting in the buffer. */
 	if (!ret && !delay && ri->dbuf.cnt)
