@@ -158,3 +158,23 @@ def test_two_fsyncs_at_once_and_a_sync(fs):
         for name, seed, size in (("s0", 20, 24), ("s1", 21, 24), ("t0", 30, 9), ("t1", 31, 9)):
             with open(os.path.join(fs.mnt, name), "rb") as f:
                 assert f.read() == pattern(seed, size * MIB), name
+
+
+@pytest.mark.opts(HOLD)
+def test_short_free_space_pushes_held_data_out(fs):
+    """ext4_nonda_switch: once the free blocks are under twice those promised
+    to delayed data, all of it goes out; nearer still, writes get their
+    blocks at once.  On this 256 MiB image that is past ~80 MiB held."""
+    with vm(dirty_expire_centisecs=360000, dirty_background_bytes=1 << 30):
+        for i in range(4):
+            write(fs.mnt, "early%d" % i, 40 + i, 4 * MIB)
+        time.sleep(1.5)
+        assert sum(blocks(fs.image, "early%d" % i) for i in range(4)) == 0
+        for i in range(30):
+            write(fs.mnt, "more%02d" % i, 50 + i, 4 * MIB)
+        assert wait_for(lambda: all(blocks(fs.image, "early%d" % i) == 1024 for i in range(4)),
+                        timeout=8)
+        drop_caches()
+        for i in range(30):
+            with open(os.path.join(fs.mnt, "more%02d" % i), "rb") as f:
+                assert f.read() == pattern(50 + i, 4 * MIB)
