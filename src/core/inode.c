@@ -200,6 +200,15 @@ uint64_t rr_idelayed(struct rr_fs *rfs, ext2_ino_t ino, uint64_t *size)
 	return n;
 }
 
+void rr_iheld_unlinked(struct rr_fs *rfs, ext2_ino_t ino)
+{
+	struct rr_inode *ri = itab_hold(rfs, ino);
+
+	if (ri)
+		atomic_store(&ri->held, 0);
+	itab_unhold(rfs);
+}
+
 /* Bump the xattr generation of ino's in-memory inode, if there is one. */
 void rr_ixattr_changed(struct rr_fs *rfs, ext2_ino_t ino)
 {

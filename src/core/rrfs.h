@@ -362,6 +362,8 @@ static inline void rr_iabsent_clear(struct rr_fs *rfs, ext2_ino_t dir)
 unsigned int rr_iguard(struct rr_fs *rfs, ext2_ino_t ino);
 void rr_iput(struct rr_fs *rfs, struct rr_inode *ri, uint64_t nlookup, int close);
 uint64_t rr_idelayed(struct rr_fs *rfs, ext2_ino_t ino, uint64_t *size);
+/* ino lost its last link: data held past close (held) no longer keeps its in-memory inode. */
+void rr_iheld_unlinked(struct rr_fs *rfs, ext2_ino_t ino);
 int inode_read(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in);
 int inode_load(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in);
 int inode_write(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in);

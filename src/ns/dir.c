@@ -561,8 +561,10 @@ static int drop_victim(struct rr_fs *rfs, ext2_ino_t parent, ext2_ino_t ino)
 	}
 	inode_touch(&in, RR_CTIME);
 	in_use = rr_ifind(rfs, ino) != NULL;
-	if (!in.i_links_count && in_use)
+	if (!in.i_links_count && in_use) {
+		rr_iheld_unlinked(rfs, ino);
 		ret = orphan_add(rfs, ino, &in);
+	}
 	else
 		ret = inode_write(rfs, ino, &in);
 	if (!ret && !in.i_links_count && !in_use)
