@@ -9,14 +9,14 @@
  *   rrctl MNT -s              the statistics, as /proc/fs/ext4/DEV/mb_stats
  *   rrctl MNT sync            commit everything now; returns when it is durable
  *
- * Everything goes through ioctls on MNT (include/rrfuse/rrctl.h); the
+ * Everything goes through ioctls on MNT (include/rrfuse/rrctl_wire.h); the
  * daemon validates, rrctl only formats (lib/mb_format.c).  Exit
  * status: 0, 1 if anything failed (each failure is reported and the other
  * arguments are still done, as sysctl does), 2 for a usage error.
  */
 #include "mb_format.h"
 #include "rrfuse/fuse_statx.h"
-#include "rrfuse/rrctl.h"
+#include "rrfuse/rrctl_wire.h"
 
 #include <errno.h>
 #include <fcntl.h>
