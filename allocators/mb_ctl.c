@@ -2,14 +2,14 @@
 /*
  * The running allocator as rrctl sees it: tunables read and changed live,
  * the groups' buddy summaries and the statistics, as records
- * (include/rrfuse/rrctl.h).  Called with the fs lock held; requests of
+ * (include/rrfuse/rrctl_wire.h).  Called with the fs lock held; requests of
  * file data may be running meanwhile without it (RR_ALLOC_NOLOCK), so a
  * tunable is stored atomically and a policy is replaced, not freed.
  * Validation stays in mb_tunables.c.
  */
 #include "mballoc.h"
 #include "policy.h"
-#include "rrfuse/rrctl.h"
+#include "rrfuse/rrctl_wire.h"
 
 #include <errno.h>
 #include <stdio.h>

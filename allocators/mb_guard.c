@@ -40,42 +40,36 @@ static const char *const refusal_names[MB_NREFUSE] = {
 struct meta_list {
 	struct rr_extent *v;
 	size_t n, cap;
+	int failed; /* an add found no memory: the list is short, and is dropped */
 };
 
-/* Extents here are short (a group's head, bitmaps, a table, a journal block): len < 2^32. */
-static int meta_add(struct meta_list *l, uint64_t blk, uint64_t len)
+/*
+ * Extents here are short (a group's head, bitmaps, a table, a journal block): len < 2^32.
+ * Out of memory sets l->failed, and later adds do nothing: the caller checks once, at the end.
+ */
+static void meta_add(struct meta_list *l, uint64_t blk, uint64_t len)
 {
 	struct rr_extent *last = l->n ? &l->v[l->n - 1] : NULL;
 
-	if (!len)
-		return 0;
+	if (!len || l->failed)
+		return;
 	/* Consecutive groups' bitmaps and a journal's blocks follow each other: join them. */
-	if (last && last->pblk + last->len == blk && last->len + len <= UINT32_MAX) {
+	if (last && last->pblk + last->len == blk && last->len + len <= UINT32_MAX)
 		last->len += (uint32_t)len;
-		return 0;
-	}
-	if (rr_grow(&l->v, sizeof(*l->v), &l->cap, l->n + 1, 256))
-		return -ENOMEM;
-	l->v[l->n++] = (struct rr_extent){ .pblk = blk, .len = (uint32_t)len };
-	return 0;
+	else if (rr_grow(&l->v, sizeof(*l->v), &l->cap, l->n + 1, 256))
+		l->failed = 1;
+	else
+		l->v[l->n++] = (struct rr_extent){ .pblk = blk, .len = (uint32_t)len };
 }
-
-struct journal_walk {
-	struct meta_list *l;
-	int err;
-};
 
 static int journal_block(ext2_filsys fs, blk64_t *blocknr, e2_blkcnt_t blockcnt, blk64_t ref_blk,
 			 int ref_offset, void *priv)
 {
-	struct journal_walk *w = priv;
+	struct meta_list *l = priv;
 
 	(void)fs, (void)blockcnt, (void)ref_blk, (void)ref_offset;
-	if (meta_add(w->l, *blocknr, 1)) {
-		w->err = -ENOMEM;
-		return BLOCK_ABORT;
-	}
-	return 0;
+	meta_add(l, *blocknr, 1);
+	return l->failed ? BLOCK_ABORT : 0;
 }
 
 static int cmp_extent(const void *x, const void *y)
@@ -110,32 +104,29 @@ int mb_guard_attach(struct rr_alloc *a)
 {
 	ext2_filsys fs = a->fs;
 	struct meta_list l = { 0 };
-	struct journal_walk w = { &l, 0 };
 	uint32_t g;
-	int ret = 0;
 
-	for (g = 0; g < a->ngroups && !ret; g++) {
+	for (g = 0; g < a->ngroups && !l.failed; g++) {
 		blk64_t super, old_desc, new_desc;
 		blk_t used;
 
 		ext2fs_super_and_bgd_loc2(fs, g, &super, &old_desc, &new_desc, &used);
 		/* The copies and the reserved GDT blocks start the group, used blocks long. */
-		ret = meta_add(&l, a->first_data_block + (uint64_t)g * a->bpg, used) ||
-		      meta_add(&l, ext2fs_block_bitmap_loc(fs, g), 1) ||
-		      meta_add(&l, ext2fs_inode_bitmap_loc(fs, g), 1) ||
-		      meta_add(&l, ext2fs_inode_table_loc(fs, g), fs->inode_blocks_per_group);
+		meta_add(&l, a->first_data_block + (uint64_t)g * a->bpg, used);
+		meta_add(&l, ext2fs_block_bitmap_loc(fs, g), 1);
+		meta_add(&l, ext2fs_inode_bitmap_loc(fs, g), 1);
+		meta_add(&l, ext2fs_inode_table_loc(fs, g), fs->inode_blocks_per_group);
 	}
-	if (!ret && ext2fs_has_feature_mmp(fs->super) && fs->super->s_mmp_block)
-		ret = meta_add(&l, fs->super->s_mmp_block, 1);
-	if (!ret && ext2fs_has_feature_journal(fs->super) && fs->super->s_journal_inum) {
+	if (ext2fs_has_feature_mmp(fs->super) && fs->super->s_mmp_block)
+		meta_add(&l, fs->super->s_mmp_block, 1);
+	if (!l.failed && ext2fs_has_feature_journal(fs->super) && fs->super->s_journal_inum) {
 		/* Its data and its extent-tree blocks; a journal we cannot read is checked by nothing else either. */
 		if (ext2fs_block_iterate3(fs, fs->super->s_journal_inum, BLOCK_FLAG_READ_ONLY, NULL,
-					  journal_block, &w))
+					  journal_block, &l))
 			mb_log(LOG_WARNING, "mballoc: the journal's blocks could not be listed: policies' "
 			       "answers are checked against the bitmap only there");
-		ret = w.err;
 	}
-	if (ret) {
+	if (l.failed) {
 		free(l.v);
 		return -ENOMEM;
 	}

@@ -27,7 +27,7 @@
 #include "mballoc.h"
 #include "policy.h"
 #include "rrfuse/policy.h"
-#include "rrfuse/rrctl.h"
+#include "rrfuse/rrctl_wire.h"
 
 #include <dlfcn.h>
 #include <errno.h>

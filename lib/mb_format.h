@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * The kernel's text for the allocator's records (include/rrfuse/rrctl.h):
+ * The kernel's text for the allocator's records (include/rrfuse/rrctl_wire.h):
  * /proc/fs/ext4/DEV/mb_groups and mb_stats.  Pure functions of the records,
  * in one place for rrctl and the daemon, unit-tested in tests/unit.
  */
@@ -9,7 +9,7 @@
 
 #include <stdio.h>
 
-#include "rrfuse/rrctl.h"
+#include "rrfuse/rrctl_wire.h"
 
 /* The header line of mb_groups. */
 void mb_format_groups_header(FILE *f);

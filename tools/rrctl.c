@@ -9,14 +9,15 @@
  *   rrctl MNT -s              the statistics, as /proc/fs/ext4/DEV/mb_stats
  *   rrctl MNT sync            commit everything now; returns when it is durable
  *
- * Everything goes through ioctls on MNT (include/rrfuse/rrctl.h); the
+ * Everything goes through ioctls on MNT (include/rrfuse/rrctl_wire.h); the
  * daemon validates, rrctl only formats (lib/mb_format.c).  Exit
  * status: 0, 1 if anything failed (each failure is reported and the other
  * arguments are still done, as sysctl does), 2 for a usage error.
  */
 #include "mb_format.h"
 #include "rrfuse/fuse_statx.h"
-#include "rrfuse/rrctl.h"
+#include "rrfuse/rrctl_wire.h"
+#include "tool.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -26,10 +27,6 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
-
-#ifndef RRFUSE_VERSION
-#define RRFUSE_VERSION "0.1"
-#endif
 
 static const char *mnt;
 
@@ -325,18 +322,12 @@ int main(int argc, char *argv[])
 {
 	int fd, i, ret = 0;
 
-	if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
-		usage(stdout);
-		return 0;
-	}
-	if (argc >= 2 && (!strcmp(argv[1], "-V") || !strcmp(argv[1], "--version"))) {
-		printf("rrctl %s\n", RRFUSE_VERSION);
-		return 0;
-	}
-	if (argc < 2 || argv[1][0] == '-') {
-		usage(stderr);
-		return 2;
-	}
+	if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")))
+		return tool_answer('h', "rrctl", usage);
+	if (argc >= 2 && (!strcmp(argv[1], "-V") || !strcmp(argv[1], "--version")))
+		return tool_answer('V', "rrctl", usage);
+	if (argc < 2 || argv[1][0] == '-')
+		return tool_answer('?', "rrctl", usage);
 	mnt = argv[1];
 	for (i = 2; i < argc; i++)
 		if (argv[i][0] == '-' && (strcmp(argv[i], "-g") && strcmp(argv[i], "-s"))) {

@@ -57,6 +57,8 @@
  * Exit status: 0, 1 for a bad trace (the message gives the line), 2 for a
  * usage error or a geometry GC cannot work with.
  */
+#include "tool.h"
+
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -66,10 +68,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#ifndef RRFUSE_VERSION
-#define RRFUSE_VERSION "0.1"
-#endif
 
 #define FTL_DEFAULT_PAGE_KB	4	/* flash page, the mapping unit: 4 KiB, as most page-mapped FTLs */
 #define FTL_DEFAULT_ERASE_KB	1024	/* erase block: 256 pages of 4 KiB (small for today's NAND, so a
@@ -798,9 +796,7 @@ int main(int argc, char **argv)
 		{ "bs", required_argument, NULL, 'b' },
 		{ "seed", required_argument, NULL, 'S' },
 		{ "hot", required_argument, NULL, 'H' },
-		{ "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, 'V' },
-		{ NULL, 0, NULL, 0 }
+		TOOL_OPTIONS_END
 	};
 	struct ftl f = { .gc = FTL_GC_GREEDY, .trim = true, .streams = 1 };
 	uint64_t capacity = 0, page_kb = FTL_DEFAULT_PAGE_KB, erase_kb = FTL_DEFAULT_ERASE_KB;
@@ -853,9 +849,7 @@ int main(int argc, char **argv)
 			     skew.hot_writes >= 0 && skew.hot_writes <= 100 &&
 			     skew.hot_space > 0 && skew.hot_space < 100;
 			break;
-		case 'h': usage(stdout); return 0;
-		case 'V': printf("rrftl %s\n", RRFUSE_VERSION); return 0;
-		default: usage(stderr); return 2;
+		default: return tool_answer(c, "rrftl", usage);
 		}
 		if (!ok) {
 			fprintf(stderr, "rrftl: bad value: %s\n", optarg);

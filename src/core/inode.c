@@ -242,6 +242,11 @@ int rr_iabsent_take(struct rr_fs *rfs, ext2_ino_t dir, const char *name)
 	return kept;
 }
 
+void rr_iabsent_clear(struct rr_fs *rfs, ext2_ino_t dir)
+{
+	rr_iabsent_take(rfs, dir, NULL);
+}
+
 /* Unhash ri if nothing holds it any more; then the caller frees it. Under itab.lock. */
 int rr_itab_release_locked(struct rr_itab *t, struct rr_inode *ri)
 {

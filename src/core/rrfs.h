@@ -355,10 +355,7 @@ void rr_ixattr_changed(struct rr_fs *rfs, ext2_ino_t ino);
  */
 void rr_iabsent_set(struct rr_fs *rfs, ext2_ino_t dir, const char *name);
 int rr_iabsent_take(struct rr_fs *rfs, ext2_ino_t dir, const char *name);
-static inline void rr_iabsent_clear(struct rr_fs *rfs, ext2_ino_t dir)
-{
-	rr_iabsent_take(rfs, dir, NULL);
-}
+void rr_iabsent_clear(struct rr_fs *rfs, ext2_ino_t dir);
 unsigned int rr_iguard(struct rr_fs *rfs, ext2_ino_t ino);
 void rr_iput(struct rr_fs *rfs, struct rr_inode *ri, uint64_t nlookup, int close);
 uint64_t rr_idelayed(struct rr_fs *rfs, ext2_ino_t ino, uint64_t *size);

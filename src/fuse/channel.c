@@ -28,7 +28,7 @@
 #include "channel.h"
 #include "ops.h"
 #include "rrfs.h"
-#include "rrfuse/rrctl.h"
+#include "rrfuse/rrctl_wire.h"
 #include "log.h"
 #include "uring.h"
 

@@ -20,7 +20,7 @@
 #include "client.h"
 #include "dev.h"
 #include "mountinfo.h"
-#include "rrfuse/rrctl.h"
+#include "rrfuse/rrctl_wire.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-/* rrctl's ioctls on the mount's root directory (include/rrfuse/rrctl.h). */
+/* rrctl's ioctls on the mount's root directory (include/rrfuse/rrctl_wire.h). */
 #ifndef RRFUSE_CTL_H
 #define RRFUSE_CTL_H
 
 #include <stddef.h>
 #include <sys/types.h>
 
-#include "rrfuse/rrctl.h"
+#include "rrfuse/rrctl_wire.h"
 
 struct rr_fs;
 

@@ -36,7 +36,7 @@ DEFAULTS = {
     "allocator": "regular",
 }
 
-# The ioctls (include/rrfuse/rrctl.h), built here independently of rrctl.
+# The ioctls (include/rrfuse/rrctl_wire.h), built here independently of rrctl.
 MAGIC = 0xE4
 TUNABLE = struct.Struct("<IIiI32s64s128s")
 GROUP_FIELDS = 4 + 18

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "rrfuse/alloc.h"
-#include "rrfuse/rrctl.h"
+#include "rrfuse/rrctl_wire.h"
 #include "../../allocators/policy.h"
 
 static char img[64];

@@ -16,15 +16,12 @@
  * error.
  */
 #include "rrmap.h"
+#include "tool.h"
 
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#ifndef RRFUSE_VERSION
-#define RRFUSE_VERSION "0.1"
-#endif
 
 static void usage(FILE *f)
 {
@@ -106,25 +103,22 @@ static int rrmap_file(struct map_image *m, const char *path, bool json)
 
 int main(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "groups", no_argument, NULL, 'g' },
-		{ "json", no_argument, NULL, 'j' },
+	int groups = 0, json = 0; /* flags getopt_long sets itself (it returns 0 for them) */
+	const struct option opts[] = {
+		{ "groups", no_argument, &groups, 1 },
+		{ "json", no_argument, &json, 1 },
 		{ "png", required_argument, NULL, 'p' },
 		{ "label", required_argument, NULL, 'l' },
 		{ "file", required_argument, NULL, 'f' },
-		{ "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, 'V' },
-		{ NULL, 0, NULL, 0 }
+		TOOL_OPTIONS_END
 	};
 	struct map_image ms[RRMAP_MAX_IMAGES];
 	const char *labels[RRMAP_MAX_IMAGES], *png = NULL, *file = NULL;
-	bool groups = false, json = false;
 	int nlabels = 0, n, i, c, ret = 1;
 
 	while ((c = getopt_long(argc, argv, "hV", opts, NULL)) != -1) {
 		switch (c) {
-		case 'g': groups = true; break;
-		case 'j': json = true; break;
+		case 0: break;
 		case 'p': png = optarg; break;
 		case 'f': file = optarg; break;
 		case 'l':
@@ -134,9 +128,7 @@ int main(int argc, char **argv)
 			}
 			labels[nlabels++] = optarg;
 			break;
-		case 'h': usage(stdout); return 0;
-		case 'V': printf("rrmap %s\n", RRFUSE_VERSION); return 0;
-		default: usage(stderr); return 2;
+		default: return tool_answer(c, "rrmap", usage);
 		}
 	}
 	n = argc - optind;

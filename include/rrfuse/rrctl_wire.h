@@ -19,8 +19,8 @@
  * The daemon returns records; rrctl formats them (lib/mb_format.c
  * has the kernel's text formats, shared with the daemon).
  */
-#ifndef RRFUSE_RRCTL_H
-#define RRFUSE_RRCTL_H
+#ifndef RRFUSE_RRCTL_WIRE_H
+#define RRFUSE_RRCTL_WIRE_H
 
 #include <stdint.h>
 #include <sys/ioctl.h>
