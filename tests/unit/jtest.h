@@ -22,6 +22,7 @@
 #include "journal.h"
 #include "writer.h"
 #include "recover.h"
+#include "layer.h"
 
 /*
  * 1 KiB blocks so that mke2fs's smallest journal (1024 blocks, the least
@@ -82,11 +83,6 @@ static errcode_t jt_rec_read(io_channel ch, unsigned long long blk, int count, v
 	return io_channel_read_blk64(r->lower, blk, count, buf);
 }
 
-static errcode_t jt_rec_read32(io_channel ch, unsigned long blk, int count, void *buf)
-{
-	return jt_rec_read(ch, blk, count, buf);
-}
-
 static errcode_t jt_rec_write(io_channel ch, unsigned long long blk, int count, const void *buf)
 {
 	struct jt_rec *r = ch->private_data;
@@ -104,11 +100,6 @@ static errcode_t jt_rec_write(io_channel ch, unsigned long long blk, int count, 
 		memcpy(e->data, p + (size_t)i * r->bsize, r->bsize);
 	}
 	return io_channel_write_blk64(r->lower, blk, count, buf);
-}
-
-static errcode_t jt_rec_write32(io_channel ch, unsigned long blk, int count, const void *buf)
-{
-	return jt_rec_write(ch, blk, count, buf);
 }
 
 static errcode_t jt_rec_flush(io_channel ch)
@@ -131,8 +122,8 @@ static struct struct_io_manager jt_rec_manager = {
 	.magic = EXT2_ET_MAGIC_IO_MANAGER,
 	.name = "jtest recorder",
 	.set_blksize = jt_rec_set_blksize,
-	.read_blk = jt_rec_read32,
-	.write_blk = jt_rec_write32,
+	.read_blk = io_read_blk32,
+	.write_blk = io_write_blk32,
 	.flush = jt_rec_flush,
 	.read_blk64 = jt_rec_read,
 	.write_blk64 = jt_rec_write,
