@@ -677,6 +677,34 @@ const struct rr_data_hooks data_hooks = {
 	.truncate = data_truncate,
 };
 
+/*
+ * After data went into ri's buffer: what the limits ask now.  By default a
+ * file past DELAY_INODE_MAX becomes a stream, and the files' total past
+ * DELAY_TOTAL_MAX flushes this one.  Held (-o delalloc=hold), past the
+ * background threshold the flusher starts, oldest file first; past twice
+ * it (vm.dirty_ratio's default against dirty_background_ratio's) the
+ * writer writes its own pages, as balance_dirty_pages makes a writer wait
+ * on them.  Caller holds rw exclusively.
+ */
+static void delay_limit(struct rr_fs *rfs, struct rr_inode *ri)
+{
+	uint64_t total = blk_start(rfs, atomic_load(&rfs->delayed.blocks));
+	int stream;
+
+	if (holding(rfs)) {
+		if (total >= 2 * rr_hold_limits()->background_bytes)
+			flush_locked(rfs, ri, 0);
+		else if (total >= rr_hold_limits()->background_bytes)
+			rr_fs_kick_commit(rfs);
+		return;
+	}
+	stream = blk_start(rfs, atomic_load(&ri->dbuf.blocks)) >= DELAY_INODE_MAX;
+	if (stream)
+		atomic_store(&ri->streaming, 1);
+	if (stream || total >= DELAY_TOTAL_MAX)
+		flush_locked(rfs, ri, 0);
+}
+
 ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size_t size,
 		   uint64_t off, int root, int delay, int *short_err)
 {
@@ -776,27 +804,8 @@ ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size
 		ret = r2;
 	}
 	/* A flush that fails here leaves the data buffered: fsync reports it. */
-	if (!ret && delay && holding(rfs)) {
-		uint64_t total = blk_start(rfs, atomic_load(&rfs->delayed.blocks));
-
-		/*
-		 * Past the background threshold the flusher starts, oldest file
-		 * first; past twice it (vm.dirty_ratio's default against
-		 * dirty_background_ratio's) the writer writes its own pages, as
-		 * balance_dirty_pages makes a writer wait on them.
-		 */
-		if (total >= 2 * rr_hold_limits()->background_bytes)
-			flush_locked(rfs, ri, 0);
-		else if (total >= rr_hold_limits()->background_bytes)
-			rr_fs_kick_commit(rfs);
-	} else if (!ret && delay) {
-		int stream = blk_start(rfs, atomic_load(&ri->dbuf.blocks)) >= DELAY_INODE_MAX;
-
-		if (stream)
-			atomic_store(&ri->streaming, 1);
-		if (stream || blk_start(rfs, atomic_load(&rfs->delayed.blocks)) >= DELAY_TOTAL_MAX)
-			flush_locked(rfs, ri, 0);
-	}
+	if (!ret && delay)
+		delay_limit(rfs, ri);
 	pthread_rwlock_unlock(&ri->rw);
 	return ret ? ret : (ssize_t)(pos - off);
 }
