@@ -67,6 +67,15 @@ int xattr_get_locked(struct rr_fs *rfs, ext2_ino_t ino, const char *name, void *
 
 #define CAPS_XATTR "security.capability"
 
+/*
+ * A new inode has no capability: its first write need not look (the
+ * kernel asks before every write that may drop privileges).
+ */
+void xattr_caps_absent(struct rr_inode *ri)
+{
+	atomic_store(&ri->caps_absent, atomic_load(&ri->xattr_gen) + 1);
+}
+
 int xattr_get(struct rr_fs *rfs, ext2_ino_t ino, const char *name, void **val, size_t *len)
 {
 	struct rr_inode *ri = NULL;
