@@ -227,6 +227,7 @@ struct rr_fs {
 	struct rr_bitmaps bitmaps;	/* what the image's bitmap blocks hold (bitmaps.c) */
 	struct ialloc_counts icounts;	/* the kernel's counts as its inode allocator sees them */
 	uint64_t ns_version;	/* bumped by every directory change */
+	char *dirblk[2];	/* room for two directory blocks, htree.c's lookups and adds (malloc'd once) */
 
 	/* Inode table: written on every lookup/forget. */
 	struct rr_itab itab __attribute__((aligned(RR_CACHELINE)));

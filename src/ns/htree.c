@@ -312,6 +312,23 @@ static int leaf_summed(ext2_filsys fs)
 	       !(fs->flags & EXT2_FLAG_IGNORE_CSUM_ERRORS);
 }
 
+/*
+ * The fs's two directory-block buffers (allocated on first use), so that
+ * a lookup or an add does not allocate: a heap grown and trimmed again
+ * for every 4 KiB buffer cost a page fault per request.  Fs lock held.
+ */
+static int dir_bufs(struct rr_fs *rfs, char **a, char **b)
+{
+	int i;
+
+	for (i = 0; i < 2; i++)
+		if (!rfs->dirblk[i] && !(rfs->dirblk[i] = malloc(rfs->fs->blocksize)))
+			return -ENOMEM;
+	*a = rfs->dirblk[0];
+	*b = rfs->dirblk[1];
+	return 0;
+}
+
 /* A directory block by logical number.  Caller holds the fs lock. */
 static int read_lblk(ext2_filsys fs, ext2_ino_t dir, struct ext2_inode_large *in, blk64_t lblk,
 		     char *buf, blk64_t *pblk, int verify)
@@ -454,61 +471,44 @@ int htree_find(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t *
 	size_t len = strlen(name);
 	blk64_t pblk;
 	int ret;
-	char *node = NULL, *lbuf;
+	char *node, *lbuf;
 
 	ret = inode_load(rfs, dir, &in);
+	if (!ret)
+		ret = dir_bufs(rfs, &node, &lbuf);
 	if (ret)
 		return ret;
-	lbuf = malloc(fs->blocksize);
-	if (!lbuf)
-		return -ENOMEM;
 	if (one_block_linear(fs, &in)) {
 		/* A damaged block is left to libext2fs's scan, which names the damage. */
 		ret = read_lblk(fs, dir, &in, 0, lbuf, &pblk, 1);
 		ret = ret ? -EAGAIN : leaf_find(fs, lbuf, name, len, ino);
 		if (ret > 0)
 			*leaf = pblk;
-		free(lbuf);
 		return ret > 0 ? 0 : ret < 0 ? -EAGAIN : -ENOENT;
 	}
-	node = malloc(fs->blocksize);
-	ret = node ? descend(fs, dir, &in, name, len, node, &p, 0) : -ENOMEM;
+	ret = descend(fs, dir, &in, name, len, node, &p, 0);
 	if (ret)
-		goto out;
+		return ret;
 	/* Leaf level: ent[i] in node is the leaf; the hash may continue in ent[i + 1]. */
 	for (;;) {
 		ret = read_lblk(fs, dir, &in, p.child, lbuf, &pblk, 1);
-		if (ret)
-			goto out;
-		ret = leaf_find(fs, lbuf, name, len, ino);
-		if (ret > 0) {
+		if (!ret)
+			ret = leaf_find(fs, lbuf, name, len, ino);
+		if (ret > 0)
 			*leaf = pblk;
-			ret = 0;
-			goto out;
-		}
-		if (ret < 0)
-			goto out;
-		if (p.i + 1 >= p.count) {
+		if (ret)
+			return ret > 0 ? 0 : ret;
+		if (p.i + 1 >= p.count)
 			/* Continuation into the next index block: left to the linear scan. */
-			ret = p.levels > 1 ? -EAGAIN : -ENOENT;
-			goto out;
-		}
+			return p.levels > 1 ? -EAGAIN : -ENOENT;
 		if ((ext2fs_le32_to_cpu(p.ent[p.i + 1].hash) & ~1u) != (p.hash & ~1u) ||
-		    !(ext2fs_le32_to_cpu(p.ent[p.i + 1].hash) & 1)) {
-			ret = -ENOENT;
-			goto out;
-		}
+		    !(ext2fs_le32_to_cpu(p.ent[p.i + 1].hash) & 1))
+			return -ENOENT;
 		p.i++;
 		p.child = ext2fs_le32_to_cpu(p.ent[p.i].block) & EXT4_DX_BLOCK_MASK;
-		if (p.child == 0 || p.child >= EXT2_I_SIZE(&in) / fs->blocksize) {
-			ret = -EAGAIN;
-			goto out;
-		}
+		if (p.child == 0 || p.child >= EXT2_I_SIZE(&in) / fs->blocksize)
+			return -EAGAIN;
 	}
-out:
-	free(node);
-	free(lbuf);
-	return ret;
 }
 
 /*
@@ -576,7 +576,7 @@ int htree_add(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t in
 	struct dx_pos p = { 0 };
 	size_t len = strlen(name);
 	blk64_t pblk;
-	char *node = NULL, *buf = NULL;
+	char *node, *buf;
 	int ret = inode_load(rfs, dir, &in);
 
 	if (ret)
@@ -584,35 +584,25 @@ int htree_add(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t in
 	/* Names that libext2fs hashes or stores otherwise are its business. */
 	if (in.i_flags & (EXT4_CASEFOLD_FL | EXT4_ENCRYPT_FL) || !len || len > EXT2_NAME_LEN)
 		return -EAGAIN;
-	buf = malloc(fs->blocksize);
-	if (!buf)
-		return -ENOMEM;
-	if (!one_block_linear(fs, &in)) {
+	ret = dir_bufs(rfs, &node, &buf);
+	if (!ret && !one_block_linear(fs, &in)) {
 		/* Index blocks verified, as dx_lookup reads them. */
-		node = malloc(fs->blocksize);
-		ret = node ? descend(fs, dir, &in, name, len, node, &p, 1) : -ENOMEM;
+		ret = descend(fs, dir, &in, name, len, node, &p, 1);
 		/* The hashes dx_lookup takes; it refuses a directory with any other. */
 		if (!ret && p.hash_version != EXT2_HASH_LEGACY &&
 		    p.hash_version != EXT2_HASH_HALF_MD4 && p.hash_version != EXT2_HASH_TEA)
 			ret = -EAGAIN;
-		if (ret)
-			goto out;
 	}
-	ret = read_lblk(fs, dir, &in, p.child, buf, &pblk, 1);
+	if (!ret)
+		ret = read_lblk(fs, dir, &in, p.child, buf, &pblk, 1);
 	if (ret)
-		goto out;
-	ret = block_link(fs, buf, name, len, ino, ftype);
+		return ret;
 	/* No room: libext2fs splits the leaf (or the caller indexes the block). */
-	if (ret <= 0)
-		ret = -EAGAIN;
-	else if (leaf_summed(fs) && leaf_csum(fs, dir, &in, buf, 1) == 1)
-		ret = rr_err_ino(io_channel_write_blk64(fs->io, pblk, 1, buf), dir);
-	else
-		ret = rr_err_ino(ext2fs_write_dir_block4(fs, pblk, buf, 0, dir), dir);
-out:
-	free(node);
-	free(buf);
-	return ret;
+	if (block_link(fs, buf, name, len, ino, ftype) <= 0)
+		return -EAGAIN;
+	if (leaf_summed(fs) && leaf_csum(fs, dir, &in, buf, 1) == 1)
+		return rr_err_ino(io_channel_write_blk64(fs->io, pblk, 1, buf), dir);
+	return rr_err_ino(ext2fs_write_dir_block4(fs, pblk, buf, 0, dir), dir);
 }
 
 /*
