@@ -41,6 +41,7 @@ struct io_dev {
 	/* Calls that moved bytes (io_dev_stats); relaxed atomics, any thread. */
 	atomic_uint_fast64_t meta_reads, meta_writes, meta_bytes, data_reads, data_writes, flushes;
 	atomic_uint_fast64_t data_spliced;	/* of data_reads: handed out as a descriptor (io_data_read_fd) */
+	atomic_uint_fast64_t data_runs;		/* syscalls that wrote the data_writes */
 	/*
 	 * Write-behind on the buffered descriptor: a data write that continues
 	 * the run waiting here joins it, and the run goes out in one pwrite
@@ -207,6 +208,7 @@ void io_dev_stats(io_channel ch, struct io_dev_stats *st)
 	st->data_reads = atomic_load_explicit(&d->data_reads, memory_order_relaxed);
 	st->data_spliced = atomic_load_explicit(&d->data_spliced, memory_order_relaxed);
 	st->data_writes = atomic_load_explicit(&d->data_writes, memory_order_relaxed);
+	st->data_runs = atomic_load_explicit(&d->data_runs, memory_order_relaxed);
 	st->flushes = atomic_load_explicit(&d->flushes, memory_order_relaxed);
 }
 
@@ -279,6 +281,7 @@ static void pend_out_locked(struct io_dev *priv)
 
 	if (!priv->pend_len)
 		return;
+	tally(&priv->data_runs);
 	ret = io_pwrite_all(priv->fd, priv->pend, priv->pend_len, priv->pend_off);
 	if (ret) {
 		rr_log(LOG_ERR, "%s: I/O error writing data, %zu bytes at %llu: %s", priv->name,
@@ -317,6 +320,7 @@ static int pend_write(struct io_dev *priv, struct iovec *iov, int iovcnt, uint64
 	if (!priv->pend && len <= PEND_SIZE)
 		priv->pend = malloc(PEND_SIZE);
 	if (!priv->pend || len > PEND_SIZE) {
+		tally(&priv->data_runs);
 		ret = io_pwritev_all(priv->fd, iov, iovcnt, off);
 	} else {
 		if (!priv->pend_len)
@@ -704,6 +708,7 @@ int io_data_writev(io_channel ch, struct iovec *iov, int iovcnt, uint64_t off)
 	tally(&priv->data_writes);
 	if (priv->dfd < 0)
 		return pend_write(priv, iov, iovcnt, off, len);
+	tally(&priv->data_runs);
 	if (!aligned(priv, off, len) || !(b = bounce_buf()))
 		return io_pwritev_all(priv->fd, iov, iovcnt, off);
 	/* Gather into the bounce buffer, a full buffer (or the end) at a time. */
