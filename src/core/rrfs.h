@@ -102,11 +102,13 @@ struct rr_inode {
 	atomic_int streaming;
 	/*
 	 * The kernel asks for security.capability before every write() (to
-	 * drop privileges); it is almost never there.  caps_absent ==
-	 * xattr_gen + 1 records "absent" as of the current attribute set.
+	 * drop privileges), and every create in a directory looks for its
+	 * default ACL; both are almost never there.  caps_absent (dacl_absent)
+	 * == xattr_gen + 1 records "absent" as of the current attribute set.
 	 */
 	atomic_uint xattr_gen;
 	atomic_uint caps_absent;
+	atomic_uint dacl_absent;
 	/*
 	 * A page the kernel wrote back was refused (ENOSPC, or EFBIG past the
 	 * largest file: FUSE has no s_maxbytes to stop the write() itself):
