@@ -45,9 +45,9 @@ struct io_dev {
 	/*
 	 * Write-behind on the buffered descriptor: a data write that continues
 	 * the run waiting here joins it, and the run goes out in one pwrite
-	 * when it is full or broken, and before any other use of the device
-	 * (a read, a metadata write, a flush, a trim, the close), so the
-	 * device sees the calls' bytes in their order.  Small files written
+	 * when it is full or broken, before a read or trim that overlaps it,
+	 * and before every metadata write, flush and close (pend_out), so the
+	 * device sees the calls' bytes in their order where it shows.  Small files written
 	 * one after another lie one after another on the device: one write
 	 * for a run of them instead of one each.  A failed run is logged and
 	 * told to the next flush, as the kernel tells a failed writeback to
@@ -296,8 +296,9 @@ static void pend_out_locked(struct io_dev *priv)
 /*
  * Before a use of [off, off+len) of the device (len 0: all of it): the
  * waiting run goes first if it overlaps, so the use sees or overwrites it
- * in the calls' order; elsewhere the order of two writes does not show
- * before a flush, which writes the run first.
+ * in the calls' order.  A read elsewhere needs nothing; every metadata
+ * write takes the run first (len 0), so that no metadata on the device
+ * ever names data that is not there, whatever comes after.
  */
 static void pend_out(struct io_dev *priv, uint64_t off, uint64_t len)
 {
@@ -417,9 +418,9 @@ static errcode_t rr_io_close(io_channel ch)
 {
 	struct io_dev *priv = ch->private_data;
 
+	pend_out(priv, 0, 0);
 	if (--ch->refcount > 0)
 		return 0;
-	pend_out(priv, 0, 0);
 	free(priv->pend);
 	pthread_mutex_destroy(&priv->pend_lock);
 	/* Before the lock goes with the descriptor: the trace is complete for whoever waits. */
@@ -462,7 +463,7 @@ static errcode_t rr_io_write_blk64(io_channel ch, unsigned long long block, int 
 	size_t len = (size_t)io_count_bytes(ch, count);
 	int ret;
 
-	pend_out(priv, block * (uint64_t)ch->block_size, len);
+	pend_out(priv, 0, 0);
 	trace_io(TRACE_META, TRACE_WRITE, block * (uint64_t)ch->block_size, len);
 	tally(&priv->meta_writes);
 	atomic_fetch_add_explicit(&priv->meta_bytes, len, memory_order_relaxed);
@@ -478,7 +479,7 @@ static errcode_t rr_io_write_byte(io_channel ch, unsigned long offset, int size,
 	struct io_dev *priv = ch->private_data;
 	int ret;
 
-	pend_out(priv, offset, (uint64_t)size);
+	pend_out(priv, 0, 0);
 	trace_io(TRACE_META, TRACE_WRITE, offset, (uint64_t)size);
 	tally(&priv->meta_writes);
 	atomic_fetch_add_explicit(&priv->meta_bytes, (uint64_t)size, memory_order_relaxed);
@@ -533,7 +534,7 @@ static errcode_t rr_io_zeroout(io_channel ch, unsigned long long block, unsigned
 	uint64_t off = block * (uint64_t)ch->block_size;
 	uint64_t len = count * (uint64_t)ch->block_size;
 
-	pend_out(priv, off, len);
+	pend_out(priv, 0, 0);
 	trace_io(TRACE_META, TRACE_WRITE, off, len);
 	while (len) {
 		size_t n = len > sizeof(zero) ? sizeof(zero) : (size_t)len;
