@@ -122,6 +122,8 @@ struct rrctl_stats {
 	 * the daemon spends on a request beside the kernel's round trip.
 	 */
 	uint64_t request_ns[RRCTL_NREQ];
+	/* Of io_data_writes: the syscalls that wrote them (the write-behind joins a run into one). */
+	uint64_t io_data_runs;
 };
 
 /*

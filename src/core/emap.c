@@ -14,6 +14,7 @@
 #include "rrfuse/grow.h"
 
 #include <errno.h>
+#include <ext2fs/ext3_extents.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,8 +82,49 @@ static errcode_t load_blockmap(ext2_filsys fs, ext2_ino_t ino, struct rr_emap *m
 	return err ? err : c.err;
 }
 
-static errcode_t load_extents(ext2_filsys fs, ext2_ino_t ino, struct ext2_inode_large *in,
-			      struct rr_emap *m)
+/* The extent tree's root in the inode, when it is the only node (depth 0) and looks sane; else NULL. */
+static struct ext3_extent_header *root_leaf(struct ext2_inode_large *in)
+{
+	struct ext3_extent_header *eh = (struct ext3_extent_header *)in->i_block;
+	unsigned int max = (sizeof(in->i_block) - sizeof(*eh)) / sizeof(struct ext3_extent);
+
+	if (!(in->i_flags & EXT4_EXTENTS_FL) || ext2fs_le16_to_cpu(eh->eh_magic) != EXT3_EXT_MAGIC ||
+	    eh->eh_depth || ext2fs_le16_to_cpu(eh->eh_max) != max ||
+	    ext2fs_le16_to_cpu(eh->eh_entries) > max)
+		return NULL;
+	return eh;
+}
+
+static void ext_get(const struct ext3_extent *e, struct ext2fs_extent *out)
+{
+	unsigned int len = ext2fs_le16_to_cpu(e->ee_len);
+
+	out->e_lblk = ext2fs_le32_to_cpu(e->ee_block);
+	out->e_pblk = ext2fs_le32_to_cpu(e->ee_start) +
+		      ((uint64_t)ext2fs_le16_to_cpu(e->ee_start_hi) << 32);
+	out->e_flags = len > EXT_INIT_MAX_LEN ? EXT2_EXTENT_FLAGS_UNINIT : 0;
+	out->e_len = len > EXT_INIT_MAX_LEN ? len - EXT_INIT_MAX_LEN : len;
+}
+
+/* Append a leaf extent read from the tree to m, refusing what the kernel would. */
+static errcode_t load_one(ext2_filsys fs, struct rr_emap *m, const struct ext2fs_extent *ex)
+{
+	if (!ex->e_len)
+		return 0;
+	if (m->n && ex->e_lblk < (uint64_t)m->v[m->n - 1].lblk + m->v[m->n - 1].len)
+		return EXT2_ET_EXTENT_HEADER_BAD;	/* overlapping or unsorted */
+	if (ex->e_pblk < fs->super->s_first_data_block ||
+	    ex->e_pblk + ex->e_len > ext2fs_blocks_count(fs->super))
+		return EXT2_ET_BAD_BLOCK_NUM;
+	if (emap_append(m, (uint32_t)ex->e_lblk, ex->e_len, ex->e_pblk,
+			!!(ex->e_flags & EXT2_EXTENT_FLAGS_UNINIT)))
+		return EXT2_ET_NO_MEMORY;
+	return 0;
+}
+
+/* The tree through libext2fs's handle: any depth, and the -o check's independent view. */
+static errcode_t load_tree(ext2_filsys fs, ext2_ino_t ino, struct ext2_inode_large *in,
+			   struct rr_emap *m)
 {
 	ext2_extent_handle_t h;
 	struct ext2fs_extent ex;
@@ -113,24 +155,29 @@ static errcode_t load_extents(ext2_filsys fs, ext2_ino_t ino, struct ext2_inode_
 		want_lblk = ex.e_lblk;
 		if (want)
 			continue;
-		if (!ex.e_len)
-			continue;
-		if (m->n && ex.e_lblk < (uint64_t)m->v[m->n - 1].lblk + m->v[m->n - 1].len) {
-			err = EXT2_ET_EXTENT_HEADER_BAD;	/* overlapping or unsorted */
+		err = load_one(fs, m, &ex);
+		if (err)
 			break;
-		}
-		if (ex.e_pblk < fs->super->s_first_data_block ||
-		    ex.e_pblk + ex.e_len > ext2fs_blocks_count(fs->super)) {
-			err = EXT2_ET_BAD_BLOCK_NUM;
-			break;
-		}
-		if (emap_append(m, (uint32_t)ex.e_lblk, ex.e_len, ex.e_pblk,
-				!!(ex.e_flags & EXT2_EXTENT_FLAGS_UNINIT))) {
-			err = EXT2_ET_NO_MEMORY;
-			break;
-		}
 	}
 	ext2fs_extent_free(h);
+	return err;
+}
+
+static errcode_t load_extents(ext2_filsys fs, ext2_ino_t ino, struct ext2_inode_large *in,
+			      struct rr_emap *m)
+{
+	struct ext3_extent_header *eh = root_leaf(in);
+	struct ext2fs_extent ex;
+	errcode_t err = 0;
+	unsigned int i;
+
+	if (!eh)
+		return load_tree(fs, ino, in, m);
+	/* All in the inode (a small file): read there, without a handle. */
+	for (i = 0; !err && i < ext2fs_le16_to_cpu(eh->eh_entries); i++) {
+		ext_get((struct ext3_extent *)(eh + 1) + i, &ex);
+		err = load_one(fs, m, &ex);
+	}
 	return err;
 }
 
@@ -438,6 +485,99 @@ static errcode_t tree_insert(ext2_extent_handle_t h, uint64_t lblk, uint64_t pbl
 	return ext2fs_extent_insert(h, flags, &nx) ?: ext2fs_extent_fix_parents(h);
 }
 
+static void ext_put(struct ext3_extent *e, const struct ext2fs_extent *x)
+{
+	e->ee_block = ext2fs_cpu_to_le32((__u32)x->e_lblk);
+	e->ee_start = ext2fs_cpu_to_le32((__u32)x->e_pblk);
+	e->ee_start_hi = ext2fs_cpu_to_le16((__u16)(x->e_pblk >> 32));
+	e->ee_len = ext2fs_cpu_to_le16((__u16)(x->e_len +
+		((x->e_flags & EXT2_EXTENT_FLAGS_UNINIT) ? EXT_INIT_MAX_LEN : 0)));
+}
+
+/*
+ * tree_insert() for a tree that is all in the inode (a small file, the
+ * common case): the same merges on the four entries in place, without an
+ * extent handle, which allocates and writes the inode once per step.  0:
+ * done; -EAGAIN: the handle's work (a split, an overlap to report).
+ */
+static int root_insert(struct ext2_inode_large *in, uint64_t lblk, uint64_t pblk, uint32_t len,
+		       int uninit)
+{
+	struct ext3_extent_header *eh = root_leaf(in);
+	struct ext3_extent *e = (struct ext3_extent *)(eh + 1);
+	struct ext2fs_extent l = { 0 }, r, nx = { .e_pblk = pblk, .e_lblk = lblk, .e_len = len,
+					  .e_flags = uninit ? EXT2_EXTENT_FLAGS_UNINIT : 0 };
+	uint32_t max = uninit ? EXT_UNINIT_MAX_LEN : EXT_INIT_MAX_LEN;
+	unsigned int n, p;
+	int left, right;
+
+	if (!eh)
+		return -EAGAIN;
+	n = ext2fs_le16_to_cpu(eh->eh_entries);
+	for (p = 0; p < n; p++) {
+		ext_get(&e[p], &r);
+		if (r.e_lblk > lblk)
+			break;
+	}
+	if (p) {
+		ext_get(&e[p - 1], &l);
+		if (lblk < l.e_lblk + l.e_len)
+			return -EAGAIN;		/* already mapped */
+	}
+	left = p && joins(&l, &nx, max);
+	right = p < n && (ext_get(&e[p], &r), joins(&nx, &r, max));
+	if (right && left && (uint64_t)l.e_len + len + r.e_len <= max) {
+		l.e_len += len + r.e_len;
+		ext_put(&e[p - 1], &l);
+		memmove(&e[p], &e[p + 1], (n - p - 1) * sizeof(*e));
+		memset(&e[n - 1], 0, sizeof(*e));
+		eh->eh_entries = ext2fs_cpu_to_le16((__u16)(n - 1));
+	} else if (right && !left) {
+		r.e_lblk = lblk;
+		r.e_pblk = pblk;
+		r.e_len += len;
+		ext_put(&e[p], &r);
+	} else if (left) {
+		l.e_len += len;
+		ext_put(&e[p - 1], &l);
+	} else {
+		if (n >= ext2fs_le16_to_cpu(eh->eh_max))
+			return -EAGAIN;
+		memmove(&e[p + 1], &e[p], (n - p) * sizeof(*e));
+		ext_put(&e[p], &nx);
+		eh->eh_entries = ext2fs_cpu_to_le16((__u16)(n + 1));
+	}
+	return 0;
+}
+
+/*
+ * The block that lblk of a directory or file maps to, read from an extent
+ * tree that is all in the inode: 0 with *pblk (0 for a hole), -EAGAIN
+ * where libext2fs has to walk the tree or judge an unwritten block.
+ */
+int emap_root_bmap(struct ext2_inode_large *in, uint64_t lblk, uint64_t *pblk)
+{
+	struct ext3_extent_header *eh = root_leaf(in);
+	struct ext3_extent *e = (struct ext3_extent *)(eh + 1);
+	struct ext2fs_extent x;
+	unsigned int i, n;
+
+	if (!eh)
+		return -EAGAIN;
+	n = ext2fs_le16_to_cpu(eh->eh_entries);
+	*pblk = 0;
+	for (i = 0; i < n; i++) {
+		ext_get(&e[i], &x);
+		if (lblk >= x.e_lblk && lblk < x.e_lblk + x.e_len) {
+			if (x.e_flags & EXT2_EXTENT_FLAGS_UNINIT)
+				return -EAGAIN;
+			*pblk = x.e_pblk + (lblk - x.e_lblk);
+			return 0;
+		}
+	}
+	return 0;
+}
+
 /*
  * -o check: after every change, the cached map must equal the tree on disk.
  * A difference is a bug in rrfuse: logged with both views, then abort().
@@ -449,7 +589,7 @@ static void emap_verify(struct rr_fs *rfs, struct rr_inode *ri, struct ext2_inod
 	uint32_t i;
 	int bad;
 
-	err = load_extents(rfs->fs, ri->ino, in, &chk);
+	err = load_tree(rfs->fs, ri->ino, in, &chk);
 	if (err || chk.n != ri->emap.n)
 		rr_log(LOG_ERR, "check: inode %u: tree has %u extents (%s), cache %u", ri->ino, chk.n,
 		       err ? error_message(err) : "ok", ri->emap.n);
@@ -511,7 +651,9 @@ int emap_tree_map(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in
 	/* One extent at most: a run is in the tree whole or not at all, so the caller's free is right. */
 	if (len > (uninit ? EXT_UNINIT_MAX_LEN : EXT_INIT_MAX_LEN))
 		return -EINVAL;
-	if (in->i_flags & EXT4_EXTENTS_FL) {
+	if ((in->i_flags & EXT4_EXTENTS_FL) && !root_insert(in, lblk, pblk, len, uninit)) {
+		err = 0;
+	} else if (in->i_flags & EXT4_EXTENTS_FL) {
 		ext2_extent_handle_t h;
 
 		err = ext2fs_extent_open2(fs, ino, (struct ext2_inode *)in, &h);

@@ -492,6 +492,9 @@ int rr_fs_close(struct rr_fs *rfs)
 	rr_itab_empty(rfs);
 	free(rfs->delayed.inos);
 	rfs->delayed.inos = NULL;
+	free(rfs->dirblk[0]);
+	free(rfs->dirblk[1]);
+	rfs->dirblk[0] = rfs->dirblk[1] = NULL;
 	if (rfs->mounted) {
 		orphan_commit(rfs);
 		/*

@@ -111,11 +111,13 @@ struct rr_inode {
 	atomic_int_fast64_t dirtied;
 	/*
 	 * The kernel asks for security.capability before every write() (to
-	 * drop privileges); it is almost never there.  caps_absent ==
-	 * xattr_gen + 1 records "absent" as of the current attribute set.
+	 * drop privileges), and every create in a directory looks for its
+	 * default ACL; both are almost never there.  caps_absent (dacl_absent)
+	 * == xattr_gen + 1 records "absent" as of the current attribute set.
 	 */
 	atomic_uint xattr_gen;
 	atomic_uint caps_absent;
+	atomic_uint dacl_absent;
 	/*
 	 * A page the kernel wrote back was refused (ENOSPC, or EFBIG past the
 	 * largest file: FUSE has no s_maxbytes to stop the write() itself):
@@ -242,6 +244,7 @@ struct rr_fs {
 	struct rr_bitmaps bitmaps;	/* what the image's bitmap blocks hold (bitmaps.c) */
 	struct ialloc_counts icounts;	/* the kernel's counts as its inode allocator sees them */
 	uint64_t ns_version;	/* bumped by every directory change */
+	char *dirblk[2];	/* room for two directory blocks, htree.c's lookups and adds (malloc'd once) */
 
 	/* Inode table: written on every lookup/forget. */
 	struct rr_itab itab __attribute__((aligned(RR_CACHELINE)));
@@ -394,6 +397,7 @@ int emap_map(struct rr_fs *rfs, struct rr_inode *ri, struct ext2_inode_large *in
 	     uint64_t pblk, uint32_t len, int uninit);
 int emap_tree_map(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in, uint64_t lblk,
 		  uint64_t pblk, uint32_t len, int uninit);
+int emap_root_bmap(struct ext2_inode_large *in, uint64_t lblk, uint64_t *pblk);
 int emap_tree_punch(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in, uint64_t first,
 		    uint64_t last);
 int emap_mark_init(struct rr_fs *rfs, struct rr_inode *ri, struct ext2_inode_large *in,

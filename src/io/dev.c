@@ -4,7 +4,8 @@
  *
  * Every metadata read and write is a pread/pwrite on the one descriptor the
  * data path also uses (unless the data path's transfer goes O_DIRECT), in
- * the order of the calls: caching is the layers' above (cache.c), which see
+ * the order of the calls (data writes may wait in the write-behind run,
+ * which goes out before anything else touches the device): caching is the layers' above (cache.c), which see
  * every data transfer before it reaches this file.  Not libext2fs's
  * unix_io: its block cache is not safe against the data path writing the
  * same device from other threads.
@@ -40,7 +41,28 @@ struct io_dev {
 	/* Calls that moved bytes (io_dev_stats); relaxed atomics, any thread. */
 	atomic_uint_fast64_t meta_reads, meta_writes, meta_bytes, data_reads, data_writes, flushes;
 	atomic_uint_fast64_t data_spliced;	/* of data_reads: handed out as a descriptor (io_data_read_fd) */
+	atomic_uint_fast64_t data_runs;		/* syscalls that wrote the data_writes */
+	/*
+	 * Write-behind on the buffered descriptor: a data write that continues
+	 * the run waiting here joins it, and the run goes out in one pwrite
+	 * when it is full or broken, before a read or trim that overlaps it,
+	 * and before every metadata write, flush and close (pend_out), so the
+	 * device sees the calls' bytes in their order where it shows.  Small files written
+	 * one after another lie one after another on the device: one write
+	 * for a run of them instead of one each.  A failed run is logged and
+	 * told to the next flush, as the kernel tells a failed writeback to
+	 * fsync (a commit then does not go ahead).  pend_lock guards the run
+	 * and pend_err; pend_any says, lock-free, that a run waits.
+	 */
+	pthread_mutex_t pend_lock;
+	char *pend;
+	size_t pend_len;
+	uint64_t pend_off;
+	int pend_err;
+	atomic_int pend_any;
 };
+
+#define PEND_SIZE (256u << 10)
 
 static int io_open_readonly;
 static int io_bdev_shared;
@@ -186,6 +208,7 @@ void io_dev_stats(io_channel ch, struct io_dev_stats *st)
 	st->data_reads = atomic_load_explicit(&d->data_reads, memory_order_relaxed);
 	st->data_spliced = atomic_load_explicit(&d->data_spliced, memory_order_relaxed);
 	st->data_writes = atomic_load_explicit(&d->data_writes, memory_order_relaxed);
+	st->data_runs = atomic_load_explicit(&d->data_runs, memory_order_relaxed);
 	st->flushes = atomic_load_explicit(&d->flushes, memory_order_relaxed);
 }
 
@@ -251,6 +274,68 @@ static int io_flush(int fd)
 	return fdatasync(fd) ? -errno : 0;
 }
 
+/* Write the waiting run out.  Under pend_lock. */
+static void pend_out_locked(struct io_dev *priv)
+{
+	int ret;
+
+	if (!priv->pend_len)
+		return;
+	tally(&priv->data_runs);
+	ret = io_pwrite_all(priv->fd, priv->pend, priv->pend_len, priv->pend_off);
+	if (ret) {
+		rr_log(LOG_ERR, "%s: I/O error writing data, %zu bytes at %llu: %s", priv->name,
+		       priv->pend_len, (unsigned long long)priv->pend_off, strerror(-ret));
+		if (!priv->pend_err)
+			priv->pend_err = ret;
+	}
+	priv->pend_len = 0;
+	atomic_store(&priv->pend_any, 0);
+}
+
+/*
+ * Before a use of [off, off+len) of the device (len 0: all of it): the
+ * waiting run goes first if it overlaps, so the use sees or overwrites it
+ * in the calls' order.  A read elsewhere needs nothing; every metadata
+ * write takes the run first (len 0), so that no metadata on the device
+ * ever names data that is not there, whatever comes after.
+ */
+static void pend_out(struct io_dev *priv, uint64_t off, uint64_t len)
+{
+	if (!atomic_load(&priv->pend_any))
+		return;
+	pthread_mutex_lock(&priv->pend_lock);
+	if (!len || (off < priv->pend_off + priv->pend_len && priv->pend_off < off + len))
+		pend_out_locked(priv);
+	pthread_mutex_unlock(&priv->pend_lock);
+}
+
+/* A buffered data write: joins the waiting run, or starts one (or, too big, goes out now). */
+static int pend_write(struct io_dev *priv, struct iovec *iov, int iovcnt, uint64_t off, size_t len)
+{
+	int i, ret = 0;
+
+	pthread_mutex_lock(&priv->pend_lock);
+	if (priv->pend_len && (off != priv->pend_off + priv->pend_len || priv->pend_len + len > PEND_SIZE))
+		pend_out_locked(priv);
+	if (!priv->pend && len <= PEND_SIZE)
+		priv->pend = malloc(PEND_SIZE);
+	if (!priv->pend || len > PEND_SIZE) {
+		tally(&priv->data_runs);
+		ret = io_pwritev_all(priv->fd, iov, iovcnt, off);
+	} else {
+		if (!priv->pend_len)
+			priv->pend_off = off;
+		for (i = 0; i < iovcnt; i++) {
+			memcpy(priv->pend + priv->pend_len, iov[i].iov_base, iov[i].iov_len);
+			priv->pend_len += iov[i].iov_len;
+		}
+		atomic_store(&priv->pend_any, 1);
+	}
+	pthread_mutex_unlock(&priv->pend_lock);
+	return ret;
+}
+
 static errcode_t rr_io_open(const char *name, int flags, io_channel *channel)
 {
 	struct io_dev *priv = NULL;
@@ -311,6 +396,7 @@ static errcode_t rr_io_open(const char *name, int flags, io_channel *channel)
 		return err;
 	}
 	strcpy(ch->name, name);
+	pthread_mutex_init(&priv->pend_lock, NULL);
 	priv->fd = fd;
 	priv->dfd = -1;
 	priv->bdev = S_ISBLK(st.st_mode);
@@ -332,8 +418,11 @@ static errcode_t rr_io_close(io_channel ch)
 {
 	struct io_dev *priv = ch->private_data;
 
+	pend_out(priv, 0, 0);
 	if (--ch->refcount > 0)
 		return 0;
+	free(priv->pend);
+	pthread_mutex_destroy(&priv->pend_lock);
 	/* Before the lock goes with the descriptor: the trace is complete for whoever waits. */
 	trace_io(TRACE_NONE, TRACE_CLOSE, 0, 0);
 	if (priv->dfd >= 0)
@@ -357,6 +446,7 @@ static errcode_t rr_io_read_blk64(io_channel ch, unsigned long long block, int c
 	size_t len = (size_t)io_count_bytes(ch, count);
 	int ret;
 
+	pend_out(priv, block * (uint64_t)ch->block_size, len);
 	trace_io(TRACE_META, TRACE_READ, block * (uint64_t)ch->block_size, len);
 	tally(&priv->meta_reads);
 	ret = io_pread_all(priv->fd, data, len, block * (uint64_t)ch->block_size);
@@ -373,6 +463,7 @@ static errcode_t rr_io_write_blk64(io_channel ch, unsigned long long block, int 
 	size_t len = (size_t)io_count_bytes(ch, count);
 	int ret;
 
+	pend_out(priv, 0, 0);
 	trace_io(TRACE_META, TRACE_WRITE, block * (uint64_t)ch->block_size, len);
 	tally(&priv->meta_writes);
 	atomic_fetch_add_explicit(&priv->meta_bytes, len, memory_order_relaxed);
@@ -388,6 +479,7 @@ static errcode_t rr_io_write_byte(io_channel ch, unsigned long offset, int size,
 	struct io_dev *priv = ch->private_data;
 	int ret;
 
+	pend_out(priv, 0, 0);
 	trace_io(TRACE_META, TRACE_WRITE, offset, (uint64_t)size);
 	tally(&priv->meta_writes);
 	atomic_fetch_add_explicit(&priv->meta_bytes, (uint64_t)size, memory_order_relaxed);
@@ -399,11 +491,19 @@ static errcode_t rr_io_write_byte(io_channel ch, unsigned long offset, int size,
 static errcode_t rr_io_flush(io_channel ch)
 {
 	struct io_dev *priv = ch->private_data;
-	int ret;
+	int ret, failed;
 
+	/* A run that failed since the last flush fails this one: what it wrote is not there. */
+	pthread_mutex_lock(&priv->pend_lock);
+	pend_out_locked(priv);
+	failed = priv->pend_err;
+	priv->pend_err = 0;
+	pthread_mutex_unlock(&priv->pend_lock);
 	trace_io(TRACE_NONE, TRACE_SYNC, 0, 0);
 	tally(&priv->flushes);
 	ret = io_flush(priv->fd);
+	if (!ret)
+		ret = failed;
 
 	return ret ? (errcode_t)-ret : 0;
 }
@@ -434,6 +534,7 @@ static errcode_t rr_io_zeroout(io_channel ch, unsigned long long block, unsigned
 	uint64_t off = block * (uint64_t)ch->block_size;
 	uint64_t len = count * (uint64_t)ch->block_size;
 
+	pend_out(priv, 0, 0);
 	trace_io(TRACE_META, TRACE_WRITE, off, len);
 	while (len) {
 		size_t n = len > sizeof(zero) ? sizeof(zero) : (size_t)len;
@@ -462,6 +563,7 @@ static errcode_t rr_io_discard(io_channel ch, unsigned long long block, unsigned
 	uint64_t r[2] = { block * (uint64_t)ch->block_size, count * (uint64_t)ch->block_size };
 	int ret;
 
+	pend_out(priv, r[0], r[1]);
 	trace_io(TRACE_NONE, TRACE_TRIM, r[0], r[1]);
 	/*
 	 * A fuseblk mount's device is claimed by the kernel, so BLKDISCARD
@@ -492,6 +594,7 @@ int io_set_direct(io_channel ch, int mode, char *msg, size_t msglen)
 		mode = bdev;	/* auto: devices only */
 	if (!mode)
 		return 0;
+	pend_out(priv, 0, 0);
 	flags = fcntl(priv->fd, F_GETFL);
 	/* A second open of the same file: the exclusive hold and the lock stay on fd. */
 	priv->dfd = open(priv->name, (flags & O_ACCMODE) | O_DIRECT | O_CLOEXEC);
@@ -549,6 +652,7 @@ int io_data_read(io_channel ch, void *buf, size_t len, uint64_t off)
 
 	if (ret)
 		return ret;
+	pend_out(priv, off, len);
 	trace_io(TRACE_DATA, TRACE_READ, off, len);
 	tally(&priv->data_reads);
 	if (!aligned(priv, off, len))
@@ -581,6 +685,7 @@ int io_data_read_fd(io_channel ch, uint64_t off, size_t len, int *fd)
 	ret = io_layers_data(ch, 0, off, len, NULL, 0);
 	if (ret)
 		return ret;
+	pend_out(priv, off, len);
 	trace_io(TRACE_DATA, TRACE_READ, off, len);
 	tally(&priv->data_reads);
 	tally(&priv->data_spliced);
@@ -602,6 +707,9 @@ int io_data_writev(io_channel ch, struct iovec *iov, int iovcnt, uint64_t off)
 		return ret;
 	trace_io(TRACE_DATA, TRACE_WRITE, off, len);
 	tally(&priv->data_writes);
+	if (priv->dfd < 0)
+		return pend_write(priv, iov, iovcnt, off, len);
+	tally(&priv->data_runs);
 	if (!aligned(priv, off, len) || !(b = bounce_buf()))
 		return io_pwritev_all(priv->fd, iov, iovcnt, off);
 	/* Gather into the bounce buffer, a full buffer (or the end) at a time. */

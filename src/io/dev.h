@@ -58,6 +58,7 @@ struct io_dev_stats {
 	uint64_t meta_bytes;			/* written by those writes */
 	uint64_t data_reads, data_writes;	/* the data path's */
 	uint64_t data_spliced;			/* reads of those moved by splice */
+	uint64_t data_runs;			/* syscalls that wrote the data_writes */
 	uint64_t flushes;
 };
 void io_dev_stats(io_channel ch, struct io_dev_stats *st);

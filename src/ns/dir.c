@@ -130,8 +130,10 @@ static int remove_entry(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext
 static int add_entry(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t ino, int ftype)
 {
 	errcode_t err;
-	int ret;
+	int ret = htree_add(rfs, dir, name, ino, ftype);
 
+	if (ret != -EAGAIN)
+		return ret;
 	err = ext2fs_link(rfs->fs, dir, name, ino, ftype);
 	if (err != EXT2_ET_DIR_NO_SPACE)
 		return rr_err_ino(err, dir);
@@ -412,6 +414,8 @@ static int link_new_and_unlock(struct rr_fs *rfs, ext2_ino_t dir, const char *na
 		inode_drop_unlinked(rfs, ino);
 	else
 		ret = entry_ref(rfs, ino, ri, in);
+	if (!ret)
+		xattr_caps_absent(*ri);
 	rr_fs_end_op(rfs);
 	return ret;
 }

@@ -277,19 +277,79 @@ out:
 	return ret;
 }
 
+/*
+ * The checksum of a directory leaf of dir (in: dir as on disk) whose tail
+ * sits at the block's end, where rrfuse and ext4 put it: the sum
+ * libext2fs's ext2fs_dirent_csum makes, without its walk of the entries to
+ * find the tail (twice per verify) and its read of the inode for the
+ * generation, which cost more than the sum itself.  Set (set) or check it:
+ * 1 good (or set), 0 wrong; -1: no tail there, libext2fs must judge.
+ */
+static int leaf_csum(ext2_filsys fs, ext2_ino_t dir, const struct ext2_inode_large *in, char *buf,
+		     int set)
+{
+	struct ext2_dir_entry_tail *t;
+	__u32 v, crc;
+
+	t = (struct ext2_dir_entry_tail *)(buf + fs->blocksize - sizeof(*t));
+	if (t->det_reserved_zero1 || ext2fs_le16_to_cpu(t->det_rec_len) != sizeof(*t) ||
+	    ext2fs_le16_to_cpu(t->det_reserved_name_len) != EXT2_DIR_NAME_LEN_CSUM)
+		return -1;
+	v = ext2fs_cpu_to_le32(dir);
+	crc = ext2fs_crc32c_le(fs->csum_seed, (unsigned char *)&v, sizeof(v));
+	v = ext2fs_cpu_to_le32(in->i_generation);
+	crc = ext2fs_crc32c_le(crc, (unsigned char *)&v, sizeof(v));
+	crc = ext2fs_crc32c_le(crc, (unsigned char *)buf, fs->blocksize - sizeof(*t));
+	if (set)
+		t->det_checksum = ext2fs_cpu_to_le32(crc);
+	return set || ext2fs_le32_to_cpu(t->det_checksum) == crc;
+}
+
+/* Is a leaf's own sum to be taken (metadata_csum, not told to ignore sums)? */
+static int leaf_summed(ext2_filsys fs)
+{
+	return ext2fs_has_feature_metadata_csum(fs->super) &&
+	       !(fs->flags & EXT2_FLAG_IGNORE_CSUM_ERRORS);
+}
+
+/*
+ * The fs's two directory-block buffers (allocated on first use), so that
+ * a lookup or an add does not allocate: a heap grown and trimmed again
+ * for every 4 KiB buffer cost a page fault per request.  Fs lock held.
+ */
+static int dir_bufs(struct rr_fs *rfs, char **a, char **b)
+{
+	int i;
+
+	for (i = 0; i < 2; i++)
+		if (!rfs->dirblk[i] && !(rfs->dirblk[i] = malloc(rfs->fs->blocksize)))
+			return -ENOMEM;
+	*a = rfs->dirblk[0];
+	*b = rfs->dirblk[1];
+	return 0;
+}
+
 /* A directory block by logical number.  Caller holds the fs lock. */
 static int read_lblk(ext2_filsys fs, ext2_ino_t dir, struct ext2_inode_large *in, blk64_t lblk,
 		     char *buf, blk64_t *pblk, int verify)
 {
-	int ret = rr_err_ino(ext2fs_bmap2(fs, dir, (struct ext2_inode *)in, NULL, 0, lblk, NULL, pblk), dir);
+	uint64_t b;
+	int ret = emap_root_bmap(in, lblk, &b);
 
+	if (!ret)
+		*pblk = b;
+	else
+		ret = rr_err_ino(ext2fs_bmap2(fs, dir, (struct ext2_inode *)in, NULL, 0, lblk, NULL, pblk),
+				 dir);
 	if (ret)
 		return ret;
 	if (!*pblk)
 		return -EIO;
-	if (verify)
-		return rr_err_ino(ext2fs_read_dir_block4(fs, *pblk, buf, 0, dir), dir);
-	return rr_err_ino(io_channel_read_blk64(fs->io, *pblk, 1, buf), dir);
+	ret = rr_err_ino(io_channel_read_blk64(fs->io, *pblk, 1, buf), dir);
+	/* A leaf that fails the quick check gets libext2fs's verdict (a dx node always does). */
+	if (!ret && verify && leaf_summed(fs) && leaf_csum(fs, dir, in, buf, 0) != 1)
+		ret = rr_err_ino(ext2fs_read_dir_block4(fs, *pblk, buf, 0, dir), dir);
+	return ret;
 }
 
 /* Scan one leaf for name; 1 found, 0 not, <0 error. */
@@ -313,123 +373,236 @@ static int leaf_find(ext2_filsys fs, const char *buf, const char *name, size_t l
 	return 0;
 }
 
+/* Where a name's hash leads in an index: the entries of its last level and the chosen one. */
+struct dx_pos {
+	struct ext2_dx_entry *ent;
+	unsigned int i, count, levels;
+	int hash_version;	/* as the root gives it */
+	ext2_dirhash_t hash;
+	blk64_t child;		/* logical block of the leaf ent[i] names */
+};
+
+/*
+ * Walk dir's index (in: dir as on disk) to the leaf name belongs in, as
+ * libext2fs's dx_lookup does; node holds the last index block read,
+ * its checksum verified if verify.  -EAGAIN: not indexed, or the index looks wrong (the caller falls back
+ * to libext2fs, which says what is wrong).
+ */
+static int descend(ext2_filsys fs, ext2_ino_t dir, struct ext2_inode_large *in, const char *name,
+		   size_t len, char *node, struct dx_pos *p, int verify)
+{
+	struct ext2_dx_root_info *info;
+	struct ext2_dx_countlimit *cl;
+	ext2_dirhash_t minor;
+	unsigned int level, limit, lo, hi, csum;
+	blk64_t pblk, nblocks;
+	int hv, ret;
+
+	if (!(in->i_flags & EXT2_INDEX_FL) || !ext2fs_has_feature_dir_index(fs->super))
+		return -EAGAIN;
+	nblocks = EXT2_I_SIZE(in) / fs->blocksize;
+	csum = ext2fs_has_feature_metadata_csum(fs->super) ? sizeof(struct ext2_dx_tail) : 0;
+	ret = read_lblk(fs, dir, in, 0, node, &pblk, verify);
+	if (ret)
+		return ret;
+	info = (struct ext2_dx_root_info *)(node + 24);
+	p->hash_version = info->hash_version;
+	p->levels = info->indirect_levels + 1u;
+	if (info->reserved_zero || info->info_length != 8 || p->levels > 3 ||
+	    (p->levels > 2 && !ext2fs_has_feature_largedir(fs->super)))
+		return -EAGAIN;
+	hv = info->hash_version;
+	if (hv <= EXT2_HASH_TEA && (fs->super->s_flags & EXT2_FLAGS_UNSIGNED_HASH))
+		hv += 3;
+	ret = rr_err_ino(htree_name_hash(fs, hv, name, len, &p->hash, &minor), dir);
+	if (ret)
+		return ret;
+	cl = (struct ext2_dx_countlimit *)(node + 24 + info->info_length);
+	for (level = 0;; level++) {
+		p->count = ext2fs_le16_to_cpu(cl->count);
+		limit = ext2fs_le16_to_cpu(cl->limit);
+		if (!p->count || p->count > limit ||
+		    (size_t)((char *)cl - node) + limit * sizeof(*p->ent) + csum > fs->blocksize)
+			return -EAGAIN;
+		p->ent = (struct ext2_dx_entry *)cl;
+		/* The last entry whose hash is <= ours (entry 0 stands for hash 0). */
+		lo = 1;
+		hi = p->count;
+		while (lo < hi) {
+			unsigned int mid = lo + (hi - lo) / 2;
+
+			if (ext2fs_le32_to_cpu(p->ent[mid].hash) <= p->hash)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		p->i = lo - 1;
+		p->child = ext2fs_le32_to_cpu(p->ent[p->i].block) & EXT4_DX_BLOCK_MASK;
+		if (p->child == 0 || p->child >= nblocks)
+			return -EAGAIN;
+		if (level + 1 == p->levels)
+			return 0;
+		ret = read_lblk(fs, dir, in, p->child, node, &pblk, verify);
+		if (ret)
+			return ret;
+		cl = (struct ext2_dx_countlimit *)(node + 8);
+	}
+}
+
+/* A linear directory of one block: a lookup or a new entry is that block's business alone. */
+static int one_block_linear(ext2_filsys fs, const struct ext2_inode_large *in)
+{
+	return !(in->i_flags & (EXT2_INDEX_FL | EXT4_INLINE_DATA_FL)) &&
+	       EXT2_I_SIZE(in) == fs->blocksize;
+}
+
 /*
  * Find name through the index: the leaf that holds it by hash, then the
- * following leaves while the hash continues there.  *leaf gets the leaf's
- * physical block.  -EAGAIN: the index cannot be used (not indexed, or it
- * looks wrong); the caller scans linearly.
+ * following leaves while the hash continues there; or in the one block of
+ * a small linear directory.  *leaf gets the block's physical number.
+ * -EAGAIN: neither applies (or the index looks wrong); the caller scans
+ * with libext2fs.
  */
 int htree_find(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t *ino, blk64_t *leaf)
 {
 	ext2_filsys fs = rfs->fs;
 	struct ext2_inode_large in;
-	struct ext2_dx_root_info *info;
-	struct ext2_dx_countlimit *cl;
-	struct ext2_dx_entry *ent;
-	ext2_dirhash_t hash, minor;
+	struct dx_pos p;
 	size_t len = strlen(name);
-	unsigned int levels, level, count, limit, i, lo, hi, csum;
-	blk64_t pblk, nblocks, child = 0;
-	int hv, ret;
+	blk64_t pblk;
+	int ret;
 	char *node, *lbuf;
 
 	ret = inode_load(rfs, dir, &in);
+	if (!ret)
+		ret = dir_bufs(rfs, &node, &lbuf);
 	if (ret)
 		return ret;
-	if (!(in.i_flags & EXT2_INDEX_FL) || !ext2fs_has_feature_dir_index(fs->super))
-		return -EAGAIN;
-	nblocks = EXT2_I_SIZE(&in) / fs->blocksize;
-	csum = ext2fs_has_feature_metadata_csum(fs->super) ? sizeof(struct ext2_dx_tail) : 0;
-	node = malloc(fs->blocksize);
-	lbuf = malloc(fs->blocksize);
-	if (!node || !lbuf) {
-		ret = -ENOMEM;
-		goto out;
+	if (one_block_linear(fs, &in)) {
+		/* A damaged block is left to libext2fs's scan, which names the damage. */
+		ret = read_lblk(fs, dir, &in, 0, lbuf, &pblk, 1);
+		ret = ret ? -EAGAIN : leaf_find(fs, lbuf, name, len, ino);
+		if (ret > 0)
+			*leaf = pblk;
+		return ret > 0 ? 0 : ret < 0 ? -EAGAIN : -ENOENT;
 	}
-	ret = read_lblk(fs, dir, &in, 0, node, &pblk, 0);
+	ret = descend(fs, dir, &in, name, len, node, &p, 0);
 	if (ret)
-		goto out;
-	info = (struct ext2_dx_root_info *)(node + 24);
-	levels = info->indirect_levels + 1u;
-	if (info->reserved_zero || info->info_length != 8 || levels > 3 ||
-	    (levels > 2 && !ext2fs_has_feature_largedir(fs->super))) {
-		ret = -EAGAIN;
-		goto out;
-	}
-	hv = info->hash_version;
-	if (hv <= EXT2_HASH_TEA && (fs->super->s_flags & EXT2_FLAGS_UNSIGNED_HASH))
-		hv += 3;
-	ret = rr_err_ino(htree_name_hash(fs, hv, name, len, &hash, &minor), dir);
-	if (ret)
-		goto out;
-	cl = (struct ext2_dx_countlimit *)(node + 24 + info->info_length);
-	for (level = 0;; level++) {
-		count = ext2fs_le16_to_cpu(cl->count);
-		limit = ext2fs_le16_to_cpu(cl->limit);
-		if (!count || count > limit ||
-		    (size_t)((char *)cl - node) + limit * sizeof(*ent) + csum > fs->blocksize) {
-			ret = -EAGAIN;
-			goto out;
-		}
-		ent = (struct ext2_dx_entry *)cl;
-		/* The last entry whose hash is <= ours (entry 0 stands for hash 0). */
-		lo = 1;
-		hi = count;
-		while (lo < hi) {
-			unsigned int mid = lo + (hi - lo) / 2;
-
-			if (ext2fs_le32_to_cpu(ent[mid].hash) <= hash)
-				lo = mid + 1;
-			else
-				hi = mid;
-		}
-		i = lo - 1;
-		child = ext2fs_le32_to_cpu(ent[i].block) & EXT4_DX_BLOCK_MASK;
-		if (child == 0 || child >= nblocks) {
-			ret = -EAGAIN;
-			goto out;
-		}
-		if (level + 1 == levels)
-			break;
-		ret = read_lblk(fs, dir, &in, child, node, &pblk, 0);
-		if (ret)
-			goto out;
-		cl = (struct ext2_dx_countlimit *)(node + 8);
-	}
+		return ret;
 	/* Leaf level: ent[i] in node is the leaf; the hash may continue in ent[i + 1]. */
 	for (;;) {
-		ret = read_lblk(fs, dir, &in, child, lbuf, &pblk, 1);
-		if (ret)
-			goto out;
-		ret = leaf_find(fs, lbuf, name, len, ino);
-		if (ret > 0) {
+		ret = read_lblk(fs, dir, &in, p.child, lbuf, &pblk, 1);
+		if (!ret)
+			ret = leaf_find(fs, lbuf, name, len, ino);
+		if (ret > 0)
 			*leaf = pblk;
-			ret = 0;
-			goto out;
-		}
-		if (ret < 0)
-			goto out;
-		if (i + 1 >= count) {
+		if (ret)
+			return ret > 0 ? 0 : ret;
+		if (p.i + 1 >= p.count)
 			/* Continuation into the next index block: left to the linear scan. */
-			ret = levels > 1 ? -EAGAIN : -ENOENT;
-			goto out;
-		}
-		if ((ext2fs_le32_to_cpu(ent[i + 1].hash) & ~1u) != (hash & ~1u) ||
-		    !(ext2fs_le32_to_cpu(ent[i + 1].hash) & 1)) {
-			ret = -ENOENT;
-			goto out;
-		}
-		i++;
-		child = ext2fs_le32_to_cpu(ent[i].block) & EXT4_DX_BLOCK_MASK;
-		if (child == 0 || child >= nblocks) {
-			ret = -EAGAIN;
-			goto out;
-		}
+			return p.levels > 1 ? -EAGAIN : -ENOENT;
+		if ((ext2fs_le32_to_cpu(p.ent[p.i + 1].hash) & ~1u) != (p.hash & ~1u) ||
+		    !(ext2fs_le32_to_cpu(p.ent[p.i + 1].hash) & 1))
+			return -ENOENT;
+		p.i++;
+		p.child = ext2fs_le32_to_cpu(p.ent[p.i].block) & EXT4_DX_BLOCK_MASK;
+		if (p.child == 0 || p.child >= EXT2_I_SIZE(&in) / fs->blocksize)
+			return -EAGAIN;
 	}
-out:
-	free(node);
-	free(lbuf);
-	return ret;
+}
+
+/*
+ * Put name in the directory block buf where libext2fs's ext2fs_link would
+ * (its link_proc over the block's entries, empty ones included): each
+ * entry first swallows an unused one after it; a used entry with room
+ * behind its name is cut short and the new name goes in the space left;
+ * an unused one that is long enough takes it.  1: placed; 0: no room;
+ * -EIO: a damaged block.  The same bytes as libext2fs, so that an image
+ * does not depend on which of the two added the name.
+ */
+static int block_link(ext2_filsys fs, char *buf, const char *name, size_t len, ext2_ino_t ino,
+		      int ftype)
+{
+	unsigned int bs = fs->blocksize, off, rec, need = EXT2_DIR_REC_LEN(len), min;
+	unsigned int tail = ext2fs_has_feature_metadata_csum(fs->super) ?
+			    sizeof(struct ext2_dir_entry_tail) : 0;
+
+	for (off = 0; off + 8 < bs; off += rec) {
+		struct ext2_dir_entry *de = (struct ext2_dir_entry *)(buf + off), *next;
+
+		if (ext2fs_get_rec_len(fs, de, &rec) || off + rec > bs || rec < 8 || rec % 4 ||
+		    ext2fs_dirent_name_len(de) + 8u > rec)
+			return -EIO;
+		if (!de->inode && tail && off == bs - tail && de->rec_len == tail &&
+		    de->name_len == EXT2_DIR_NAME_LEN_CSUM)
+			continue;	/* the checksum tail */
+		next = (struct ext2_dir_entry *)(buf + off + rec);
+		if (off + rec < bs - (8 + tail) && !next->inode && off + rec + next->rec_len <= bs) {
+			rec += next->rec_len;
+			if (ext2fs_set_rec_len(fs, rec, de))
+				return -EIO;
+		}
+		if (de->inode) {
+			min = EXT2_DIR_REC_LEN(ext2fs_dirent_name_len(de));
+			if (rec < min + need)
+				continue;
+			if (ext2fs_set_rec_len(fs, min, de))
+				return -EIO;
+			next = (struct ext2_dir_entry *)(buf + off + min);
+			next->inode = 0;
+			ext2fs_dirent_set_name_len(next, 0);
+			ext2fs_dirent_set_file_type(next, 0);
+			if (ext2fs_set_rec_len(fs, rec - min, next))
+				return -EIO;
+			rec = min;	/* the new unused entry is the next one looked at */
+			continue;
+		}
+		if (rec < need)
+			continue;
+		de->inode = ino;
+		ext2fs_dirent_set_name_len(de, (int)len);
+		memcpy(de->name, name, len);
+		if (ext2fs_has_feature_filetype(fs->super))
+			ext2fs_dirent_set_file_type(de, ftype & 0x7);
+		return 1;
+	}
+	return 0;
+}
+
+int htree_add(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t ino, int ftype)
+{
+	ext2_filsys fs = rfs->fs;
+	struct ext2_inode_large in;
+	struct dx_pos p = { 0 };
+	size_t len = strlen(name);
+	blk64_t pblk;
+	char *node, *buf;
+	int ret = inode_load(rfs, dir, &in);
+
+	if (ret)
+		return ret;
+	/* Names that libext2fs hashes or stores otherwise are its business. */
+	if (in.i_flags & (EXT4_CASEFOLD_FL | EXT4_ENCRYPT_FL) || !len || len > EXT2_NAME_LEN)
+		return -EAGAIN;
+	ret = dir_bufs(rfs, &node, &buf);
+	if (!ret && !one_block_linear(fs, &in)) {
+		/* Index blocks verified, as dx_lookup reads them. */
+		ret = descend(fs, dir, &in, name, len, node, &p, 1);
+		/* The hashes dx_lookup takes; it refuses a directory with any other. */
+		if (!ret && p.hash_version != EXT2_HASH_LEGACY &&
+		    p.hash_version != EXT2_HASH_HALF_MD4 && p.hash_version != EXT2_HASH_TEA)
+			ret = -EAGAIN;
+	}
+	if (!ret)
+		ret = read_lblk(fs, dir, &in, p.child, buf, &pblk, 1);
+	if (ret)
+		return ret;
+	/* No room: libext2fs splits the leaf (or the caller indexes the block). */
+	if (block_link(fs, buf, name, len, ino, ftype) <= 0)
+		return -EAGAIN;
+	if (leaf_summed(fs) && leaf_csum(fs, dir, &in, buf, 1) == 1)
+		return rr_err_ino(io_channel_write_blk64(fs->io, pblk, 1, buf), dir);
+	return rr_err_ino(ext2fs_write_dir_block4(fs, pblk, buf, 0, dir), dir);
 }
 
 /*

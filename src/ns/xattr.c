@@ -67,29 +67,54 @@ int xattr_get_locked(struct rr_fs *rfs, ext2_ino_t ino, const char *name, void *
 
 #define CAPS_XATTR "security.capability"
 
-int xattr_get(struct rr_fs *rfs, ext2_ino_t ino, const char *name, void **val, size_t *len)
+/*
+ * A new inode has no capability: its first write need not look (the
+ * kernel asks before every write that may drop privileges).
+ */
+void xattr_caps_absent(struct rr_inode *ri)
+{
+	atomic_store(&ri->caps_absent, atomic_load(&ri->xattr_gen) + 1);
+}
+
+/*
+ * xattr_get_locked (under the fs lock if locked, else taking it), answered
+ * from the inode's memo of absence for the names that have one.  The
+ * kernel holds the inode of every request, so the unpin here is never the
+ * last reference, whose release would take the fs lock.
+ */
+static int get_remembered(struct rr_fs *rfs, ext2_ino_t ino, const char *name, void **val,
+			  size_t *len, int locked)
 {
 	struct rr_inode *ri = NULL;
+	atomic_uint *memo = NULL;
 	unsigned int gen = 0;
 	int ret;
 
-	if (!strcmp(name, CAPS_XATTR) && (ri = rr_ipin(rfs, ino))) {
+	if ((!strcmp(name, CAPS_XATTR) || !strcmp(name, ACL_DEFAULT_XATTR)) && (ri = rr_ipin(rfs, ino))) {
+		memo = strcmp(name, CAPS_XATTR) ? &ri->dacl_absent : &ri->caps_absent;
 		gen = atomic_load(&ri->xattr_gen);
-		if (atomic_load(&ri->caps_absent) == gen + 1) {
+		if (atomic_load(memo) == gen + 1) {
 			rr_iunpin(rfs, ri);
 			return -ENODATA;
 		}
 	}
-	rr_fs_lock(rfs);
+	if (!locked)
+		rr_fs_lock(rfs);
 	ret = xattr_get_locked(rfs, ino, name, val, len);
-	rr_fs_end_op(rfs);
+	if (!locked)
+		rr_fs_end_op(rfs);
 	if (ri) {
 		/* A change since gen was read makes this record stale, as it should. */
 		if (ret == -ENODATA)
-			atomic_store(&ri->caps_absent, gen + 1);
+			atomic_store(memo, gen + 1);
 		rr_iunpin(rfs, ri);
 	}
 	return ret;
+}
+
+int xattr_get(struct rr_fs *rfs, ext2_ino_t ino, const char *name, void **val, size_t *len)
+{
+	return get_remembered(rfs, ino, name, val, len, 0);
 }
 
 
@@ -328,7 +353,7 @@ int xattr_acl_prepare(struct rr_fs *rfs, ext2_ino_t dir, mode_t *mode, mode_t um
 	int ret;
 
 	memset(ai, 0, sizeof(*ai));
-	ret = xattr_get_locked(rfs, dir, ACL_DEFAULT_XATTR, &ai->dflt, &ai->dflt_len);
+	ret = get_remembered(rfs, dir, ACL_DEFAULT_XATTR, &ai->dflt, &ai->dflt_len, 1);
 	if (ret == -ENODATA) {
 		*mode &= ~umask;
 		return 0;

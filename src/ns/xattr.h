@@ -5,6 +5,7 @@
 #include "rrfs.h"
 
 /* Values are malloc'd; all return 0 or -errno.  _locked: caller holds the fs lock. */
+void xattr_caps_absent(struct rr_inode *ri);
 int xattr_get(struct rr_fs *rfs, ext2_ino_t ino, const char *name, void **val, size_t *len);
 int xattr_get_locked(struct rr_fs *rfs, ext2_ino_t ino, const char *name, void **val, size_t *len);
 int xattr_list(struct rr_fs *rfs, ext2_ino_t ino, int privileged, char **names, size_t *len);

@@ -216,6 +216,24 @@ def test_default_acl_umask_used_without_default(fs):
     assert getfacl(f) == {"user::rw-", "group::r--", "other::---"}
 
 
+def test_default_acl_set_after_creates(fs):
+    """A create remembers that its directory has no default ACL
+    (src/ns/xattr.c); setting one afterwards must reach the next create,
+    and removing it the one after."""
+    d = os.path.join(fs.mnt, "later")
+    os.mkdir(d)
+    write_file(os.path.join(d, "before"))
+    assert "system.posix_acl_access" not in os.listxattr(os.path.join(d, "before"))
+    setfacl("-d", "-m", "u:%d:rw" % UID_A, d)
+    f = os.path.join(d, "after")
+    write_file(f)
+    assert "user:%d:rw-" % UID_A in getfacl(f)
+    setfacl("-k", d)
+    g = os.path.join(d, "again")
+    write_file(g)
+    assert "system.posix_acl_access" not in os.listxattr(g)
+
+
 def test_remove_default_acl(fs):
     d = os.path.join(fs.mnt, "d")
     os.mkdir(d)

@@ -168,6 +168,116 @@ START_TEST(punch_at_fs_end)
 }
 END_TEST
 
+/* A fresh extent-mapped regular file in the root of fs; *in as on disk. */
+static ext2_ino_t new_file(ext2_filsys fs, struct ext2_inode_large *in, const char *name)
+{
+	ext2_ino_t ino;
+
+	ck_assert_int_eq(ext2fs_new_inode(fs, EXT2_ROOT_INO, LINUX_S_IFREG | 0644, NULL, &ino), 0);
+	ext2fs_inode_alloc_stats2(fs, ino, +1, 0);
+	memset(in, 0, sizeof(*in));
+	in->i_mode = LINUX_S_IFREG | 0644;
+	in->i_links_count = 1;
+	in->i_extra_isize = sizeof(*in) - EXT2_GOOD_OLD_INODE_SIZE;
+	in->i_flags = EXT4_EXTENTS_FL;
+	ck_assert_int_eq(ext2fs_write_new_inode(fs, ino, (struct ext2_inode *)in), 0);
+	ck_assert_int_eq(ext2fs_read_inode_full(fs, ino, (struct ext2_inode *)in, sizeof(*in)), 0);
+	ck_assert_int_eq(ext2fs_link(fs, EXT2_ROOT_INO, name, ino, EXT2_FT_REG_FILE), 0);
+	return ino;
+}
+
+/*
+ * Runs mapped in random order, first in the inode's four slots (mapped
+ * there directly), then past them (libext2fs's handle splits the root):
+ * the tree holds every run, merged wherever lblk and pblk both continue,
+ * as the kernel merges, and e2fsck agrees.
+ */
+START_TEST(root_then_tree_merges)
+{
+	enum { RUNS = 12, LEN = 3 };
+	char img[32], cmd[256], name[16];
+	struct rr_fs rfs = { 0 };
+	ext2_filsys fs = unit_image(img, "16M", "-b 1024");
+	unsigned int seed, t, i, k, order[RUNS];
+	blk64_t base = 4000;
+
+	rfs.fs = fs;
+	for (t = 0; t < 40; t++) {
+		struct ext2_inode_large in;
+		struct ext2fs_extent ex;
+		ext2_extent_handle_t h;
+		uint64_t pblk[RUNS];
+		uint32_t want_l[RUNS], want_n[RUNS], got = 0, nw = 0;
+		int op = EXT2_EXTENT_ROOT;
+		ext2_ino_t ino;
+
+		snprintf(name, sizeof(name), "f%u", t);
+		ino = new_file(fs, &in, name);
+		seed = t + 1;
+		/* Run i at lblk 3i; its pblk continues run i-1's, except where a break is drawn. */
+		for (i = 0; i < RUNS; i++) {
+			pblk[i] = base + (uint64_t)i * LEN + ((i && rand_r(&seed) % 3 == 0) ? RUNS * LEN : 0);
+			if (i && pblk[i] != pblk[i - 1] + LEN)
+				pblk[i] = base + RUNS * LEN + (uint64_t)i * LEN;	/* a break, still unique */
+			order[i] = i;
+		}
+		for (i = RUNS - 1; i > 0; i--) {
+			k = (unsigned int)rand_r(&seed) % (i + 1);
+			unsigned int x = order[i];
+
+			order[i] = order[k];
+			order[k] = x;
+		}
+		for (i = 0; i < RUNS; i++)
+			ext2fs_block_alloc_stats_range(fs, pblk[i], LEN, +1);
+		for (i = 0; i < RUNS; i++)
+			ck_assert_int_eq(emap_tree_map(&rfs, ino, &in, (uint64_t)order[i] * LEN,
+						       pblk[order[i]], LEN, 0), 0);
+		in.i_size = (uint64_t)RUNS * LEN * fs->blocksize;
+		ck_assert_int_eq(inode_write(&rfs, ino, &in), 0);
+		for (i = 0; i < RUNS; i++) {
+			if (nw && pblk[i] == pblk[i - 1] + LEN) {
+				want_n[nw - 1] += LEN;
+				continue;
+			}
+			want_l[nw] = i * LEN;
+			want_n[nw++] = LEN;
+		}
+		ck_assert_int_eq(ext2fs_extent_open2(fs, ino, (struct ext2_inode *)&in, &h), 0);
+		while (!ext2fs_extent_get(h, op, &ex)) {
+			op = EXT2_EXTENT_NEXT_LEAF;
+			if (!(ex.e_flags & EXT2_EXTENT_FLAGS_LEAF))
+				continue;
+			ck_assert_uint_lt(got, nw);
+			ck_assert_uint_eq(ex.e_lblk, want_l[got]);
+			ck_assert_uint_eq(ex.e_len, want_n[got]);
+			ck_assert_uint_eq(ex.e_pblk, pblk[want_l[got] / LEN]);
+			got++;
+			/* The rest of this leaf. */
+			while (!ext2fs_extent_get(h, EXT2_EXTENT_NEXT_SIB, &ex)) {
+				ck_assert_uint_lt(got, nw);
+				ck_assert_uint_eq(ex.e_lblk, want_l[got]);
+				ck_assert_uint_eq(ex.e_len, want_n[got]);
+				got++;
+			}
+		}
+		ext2fs_extent_free(h);
+		ck_assert_uint_eq(got, nw);
+		/* The next file takes the same blocks: this one lets them go (punch frees them). */
+		ck_assert_int_eq(ext2fs_unlink(fs, EXT2_ROOT_INO, name, ino, 0), 0);
+		ck_assert_int_eq(emap_tree_punch(&rfs, ino, &in, 0, ~0ULL), 0);
+		in.i_links_count = 0;
+		in.i_dtime = 0x60000000;	/* a time, not an orphan list's next inode */
+		ck_assert_int_eq(inode_write(&rfs, ino, &in), 0);
+		ext2fs_inode_alloc_stats2(fs, ino, -1, 0);
+	}
+	ck_assert_int_eq(ext2fs_close_free(&fs), 0);
+	snprintf(cmd, sizeof(cmd), "e2fsck -fn %s >/dev/null 2>&1", img);
+	ck_assert_int_eq(system(cmd), 0);
+	unlink(img);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("emap");
@@ -183,6 +293,7 @@ int main(void)
 	tc = tcase_create("tree");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, punch_at_fs_end);
+	tcase_add_test(tc, root_then_tree_merges);
 	suite_add_tcase(s, tc);
 	return unit_run(s);
 }
