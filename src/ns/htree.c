@@ -48,6 +48,20 @@ static unsigned int leaf_space(ext2_filsys fs)
 				sizeof(struct ext2_dir_entry_tail) : 0);
 }
 
+/*
+ * The record length of the entry at off, 0 if it is sound: at least 8,
+ * a multiple of 4 (the next entry is aligned), inside the block.  -EIO
+ * otherwise, as libext2fs's directory walk calls such a leaf corrupt.
+ */
+static int entry_rec(ext2_filsys fs, const char *block, unsigned int off, unsigned int *rec)
+{
+	struct ext2_dir_entry *de = (struct ext2_dir_entry *)(block + off);
+
+	if (ext2fs_get_rec_len(fs, de, rec) || *rec < 8 || *rec % 4 || off + *rec > fs->blocksize)
+		return -EIO;
+	return 0;
+}
+
 /* Pack entries v[0..n) into a fresh leaf block. */
 static int fill_leaf(ext2_filsys fs, char *buf, struct hent *v, size_t n)
 {
@@ -94,7 +108,7 @@ static int collect_entries(ext2_filsys fs, ext2_ino_t dir, char *block, int hv, 
 
 	for (off = 0; off < leaf_space(fs); off += rec) {
 		de = (struct ext2_dir_entry *)(block + off);
-		if (ext2fs_get_rec_len(fs, de, &rec) || rec < 8 || off + rec > fs->blocksize)
+		if (entry_rec(fs, block, off, &rec))
 			return -EIO;
 		nlen = ext2fs_dirent_name_len(de);
 		if (!de->inode)
@@ -360,8 +374,7 @@ static int leaf_find(ext2_filsys fs, const char *buf, const char *name, size_t l
 	for (off = 0; off + 8 <= fs->blocksize; off += rec) {
 		const struct ext2_dir_entry *de = (const struct ext2_dir_entry *)(buf + off);
 
-		if (ext2fs_get_rec_len(fs, (struct ext2_dir_entry *)de, &rec) || rec < 8 ||
-		    off + rec > fs->blocksize)
+		if (entry_rec(fs, buf, off, &rec))
 			return -EIO;
 		if ((size_t)ext2fs_dirent_name_len(de) + 8 > rec)
 			return -EIO;	/* name runs past its record: corrupt leaf */
@@ -530,8 +543,7 @@ static int block_link(ext2_filsys fs, char *buf, const char *name, size_t len, e
 	for (off = 0; off + 8 < bs; off += rec) {
 		struct ext2_dir_entry *de = (struct ext2_dir_entry *)(buf + off), *next;
 
-		if (ext2fs_get_rec_len(fs, de, &rec) || off + rec > bs || rec < 8 || rec % 4 ||
-		    ext2fs_dirent_name_len(de) + 8u > rec)
+		if (entry_rec(fs, buf, off, &rec) || ext2fs_dirent_name_len(de) + 8u > rec)
 			return -EIO;
 		if (!de->inode && tail && off == bs - tail && de->rec_len == tail &&
 		    de->name_len == EXT2_DIR_NAME_LEN_CSUM)
@@ -624,7 +636,7 @@ int htree_remove_in_block(struct rr_fs *rfs, ext2_ino_t dir, blk64_t pblk, const
 	for (off = 0; !ret && off + 8 <= fs->blocksize; off += rec) {
 		struct ext2_dir_entry *de = (struct ext2_dir_entry *)(buf + off);
 
-		if (ext2fs_get_rec_len(fs, de, &rec) || rec < 8 || off + rec > fs->blocksize) {
+		if (entry_rec(fs, buf, off, &rec)) {
 			ret = -EIO;
 			break;
 		}

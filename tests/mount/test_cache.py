@@ -123,7 +123,10 @@ def test_creates_per_metadata_write(mount_factory, cache):
     assert after["data_writes"] - before["data_writes"] >= 5000, after
     if cache == "default":
         assert writes <= 500, (before, after)
-        assert (after["runs"] - before["runs"]) * 4 <= after["data_writes"] - before["data_writes"], \
+        # How long the runs are depends on which CPU each create ran on (each
+        # CPU's locality group places small files apart): 78 to 1898 runs
+        # measured.  That runs exist at all is what does not depend on it.
+        assert (after["runs"] - before["runs"]) * 10 <= (after["data_writes"] - before["data_writes"]) * 9, \
             (before, after)
     else:
         assert writes > 5000, (before, after)
