@@ -581,7 +581,8 @@ static void delay_relist(struct rr_fs *rfs, ext2_ino_t *kept, size_t n)
 	pthread_mutex_lock(&rfs->delayed.lock);
 	cur = rfs->delayed.n;
 	if (!rr_grow(&kept, sizeof(*kept), &cap, n + cur, 1)) {
-		memcpy(kept + n, rfs->delayed.inos, cur * sizeof(*kept));
+		if (cur)
+			memcpy(kept + n, rfs->delayed.inos, cur * sizeof(*kept));
 		free(rfs->delayed.inos);
 		rfs->delayed.inos = kept;
 		rfs->delayed.n = n + cur;

@@ -119,7 +119,9 @@ def test_rralloc_walks_the_device_regular_does_not():
     reg_groups, reg_ext, _ = overwrite_cycles("allocator=regular,mb_max_linear_groups=0")
     print("groups touched of %d: rralloc %d, regular %d; leaf extents: rralloc %d, regular %d"
           % (n, len(rr_groups), len(reg_groups), sum(rr_ext), sum(reg_ext)))
-    assert len(rr_groups) >= 0.9 * n, sorted(rr_groups)
+    # rralloc's cursors are per CPU: how far each walks depends on which CPU
+    # served which write (27 to 32 of 32 seen, 27 under ASan on a loaded machine).
+    assert len(rr_groups) >= 0.8 * n, sorted(rr_groups)
     # regular goes back to space freed by the deletes: 14 to 19 of 32 groups seen
     # (which pristine group the optimised scan picks varies with the writeback's order).
     assert len(reg_groups) <= 0.75 * n, sorted(reg_groups)
