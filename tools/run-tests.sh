@@ -107,7 +107,7 @@ tsan_suite() {
 	step "concurrent mount tests ($dir, io_uring)" env RRFUSE="$top/$dir/rrfuse" RRFUSE_OPTS=io_uring \
 		/usr/bin/python3 -m pytest -q \
 		-p no:cacheprovider tests/mount/test_concurrency.py tests/mount/test_unlink_open.py \
-		tests/mount/test_orphan.py tests/mount/test_rrctl.py tests/mount/test_delalloc.py \
+		tests/mount/test_orphan.py tests/mount/test_rrctl.py tests/mount/test_delalloc.py tests/mount/test_hold.py \
 		tests/mount/test_direct_io.py tests/mount/test_killpriv.py tests/mount/test_statx.py \
 		tests/mount/test_uring.py
 }
