@@ -396,11 +396,10 @@ static int holding(const struct rr_fs *rfs)
 static int free_space_short(struct rr_fs *rfs)
 {
 	uint64_t dirty = rr_alloc_reserved(rfs->alloc), free = rr_alloc_free(rfs->alloc) + dirty;
-	uint64_t watermark = 4 * 32 * (uint64_t)sysconf(_SC_NPROCESSORS_CONF);
 
 	if (dirty && free < 2 * dirty && !atomic_exchange(&rfs->delayed.push, 1))
 		rr_fs_kick_commit(rfs);
-	return 2 * free < 3 * dirty || free < dirty + watermark;
+	return 2 * free < 3 * dirty || free < dirty + rr_hold_limits()->free_watermark;
 }
 
 static int64_t monotonic_secs(void)
@@ -550,27 +549,25 @@ int data_flush(struct rr_fs *rfs, struct rr_inode *ri, int closed)
 	if (closed && !inode_read(rfs, ri->ino, &in) && !in.i_links_count) {
 		atomic_store(&ri->held, 0);
 		ret = 0;
-	} else
+	} else {
 		ret = flush_locked(rfs, ri, closed);
+	}
 	pthread_rwlock_unlock(&ri->rw);
 	return ret;
 }
 
 /*
  * Held data (-o delalloc=hold) the kernel's flusher would write now: older
- * than the expiry, any while all files hold more than the background
- * threshold (the list is oldest first, as the flusher's), or an unlinked
- * file's, which goes without being written.
+ * than the expiry, or any while all files hold more than the background
+ * threshold (the list is oldest first, as the flusher's).  An unlinked
+ * file's is no longer held (rr_iheld_unlinked): it goes with its inode.
  */
 static int due(struct rr_fs *rfs, struct rr_inode *ri, int64_t now)
 {
 	const struct rr_hold_limits *h = rr_hold_limits();
-	struct ext2_inode_large in;
 
-	if (atomic_load(&ri->dirtied) + (int64_t)h->expire_secs <= now ||
-	    blk_start(rfs, atomic_load(&rfs->delayed.blocks)) > h->background_bytes)
-		return 1;
-	return !inode_read(rfs, ri->ino, &in) && !in.i_links_count;
+	return atomic_load(&ri->dirtied) + (int64_t)h->expire_secs <= now ||
+	       blk_start(rfs, atomic_load(&rfs->delayed.blocks)) > h->background_bytes;
 }
 
 /* Put kept[0..n) back at the head of the list, ahead of what was listed meanwhile: oldest first. */

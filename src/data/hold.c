@@ -10,8 +10,9 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <unistd.h>
 
-static struct rr_hold_limits limits = { 30, 256ULL << 20 };
+static struct rr_hold_limits limits = { .expire_secs = 30, .background_bytes = 256ULL << 20, .free_watermark = 256 };
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 /* The number of the first line of a file that fmt matches, or -1. */
@@ -36,6 +37,7 @@ static void read_limits(void)
 	long long ratio = read_number("/proc/sys/vm/dirty_background_ratio", "%lld");
 	long long avail = read_number("/proc/meminfo", "MemAvailable: %lld kB");
 
+	limits.free_watermark = 4 * 32 * (uint64_t)sysconf(_SC_NPROCESSORS_CONF);
 	if (expire >= 0)
 		limits.expire_secs = (unsigned int)((expire + 99) / 100);
 	if (bytes > 0)

@@ -14,6 +14,8 @@ struct rr_hold_limits {
 	unsigned int expire_secs;
 	/* vm.dirty_background_bytes, or _ratio of the memory available: past it the oldest files go out. */
 	uint64_t background_bytes;
+	/* EXT4_FREECLUSTERS_WATERMARK: blocks kept above those promised before writes allocate at once. */
+	uint64_t free_watermark;
 };
 
 /* Read once, the first time; the kernel's defaults where /proc does not say. */

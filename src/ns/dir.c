@@ -568,9 +568,9 @@ static int drop_victim(struct rr_fs *rfs, ext2_ino_t parent, ext2_ino_t ino)
 	if (!in.i_links_count && in_use) {
 		rr_iheld_unlinked(rfs, ino);
 		ret = orphan_add(rfs, ino, &in);
-	}
-	else
+	} else {
 		ret = inode_write(rfs, ino, &in);
+	}
 	if (!ret && !in.i_links_count && !in_use)
 		ret = inode_free_locked(rfs, ino);
 	return ret;

@@ -123,7 +123,7 @@ def test_unlinked_held_data_never_gets_blocks(fs):
         write(fs.mnt, "gone", 4, 8 * MIB)
         assert free - os.statvfs(fs.mnt).f_bfree >= 2048
         os.unlink(os.path.join(fs.mnt, "gone"))
-        # The promise goes back at the next tick; nothing was ever written.
+        # The promise goes back with the inode (the kernel's FORGET); nothing was ever written.
         assert wait_for(lambda: os.statvfs(fs.mnt).f_bfree == free, timeout=8)
         subprocess.run([RRCTL, fs.mnt, "sync"], check=True)
         assert os.statvfs(fs.mnt).f_bfree == free
