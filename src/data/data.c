@@ -638,11 +638,17 @@ int data_close(struct rr_fs *rfs, struct rr_inode *ri)
 	struct ext2_inode_large in;
 
 	atomic_store(&ri->streaming, 0);
-	/* As ext4 keeps dirty pages past close: written when due (data_flush_all), fsync or sync. */
-	if (holding(rfs) && atomic_load(&ri->dbuf.blocks) && !inode_read(rfs, ri->ino, &in) &&
-	    in.i_links_count) {
+	/*
+	 * As ext4 keeps dirty pages past close: written when due
+	 * (data_flush_all), fsync or sync.  Held first, the links read after
+	 * (under the fs lock): an unlink at the same time either sees the hold
+	 * and ends it (rr_iheld_unlinked) or has left no link to see.
+	 */
+	if (holding(rfs) && atomic_load(&ri->dbuf.blocks)) {
 		atomic_store(&ri->held, 1);
-		return 0;
+		if (!inode_read(rfs, ri->ino, &in) && in.i_links_count)
+			return 0;
+		atomic_store(&ri->held, 0);
 	}
 	return data_flush(rfs, ri, 1);
 }
