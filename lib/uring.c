@@ -120,12 +120,15 @@ static void refuse(const char *what, int err)
 		rr_log(LOG_NOTICE, "io_uring: %s: %s; requests stay on /dev/fuse", what, strerror(err));
 }
 
-/* Hand the kernel a command for e's entry: REGISTER its buffers, or COMMIT_AND_FETCH. */
-static int submit_cmd(struct uring_ent *e, int cmd)
+/*
+ * Queue a command for e's entry: REGISTER its buffers, or COMMIT_AND_FETCH.
+ * The next submit hands it to the kernel: for a commit, the one that also
+ * waits for the next request (ent_thread), a system call per request.
+ */
+static int prep_cmd(struct uring_ent *e, int cmd)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&e->ring);
 	struct rr_fuse_uring_cmd_req *req;
-	int r;
 
 	if (!sqe)
 		return -EBUSY;
@@ -140,6 +143,16 @@ static int submit_cmd(struct uring_ent *e, int cmd)
 	req->qid = (uint16_t)e->qid;
 	req->commit_id = cmd == RR_FUSE_IO_URING_CMD_COMMIT_AND_FETCH ? e->commit_id : 0;
 	e->last_cmd = cmd;
+	return 0;
+}
+
+/* Hand the kernel a command for e's entry now. */
+static int submit_cmd(struct uring_ent *e, int cmd)
+{
+	int r = prep_cmd(e, cmd);
+
+	if (r < 0)
+		return r;
 	r = io_uring_submit(&e->ring);
 	return r == 1 ? 0 : r < 0 ? r : -EIO;
 }
@@ -331,7 +344,11 @@ static void *ent_thread(void *arg)
 	}
 	atomic_fetch_add(&ur.stats.entries, 1);
 	for (;;) {
-		r = io_uring_wait_cqe_timeout(&e->ring, &cqe, &idle);
+		/* The reply queued below goes out with the wait for the next request. */
+		r = io_uring_submit_and_wait_timeout(&e->ring, &cqe, 1, &idle, NULL);
+		/* liburing 2.3 returns the count submitted, no completion, when the wait then timed out. */
+		if (r >= 0 && !cqe)
+			r = -ETIME;
 		if (r == -ETIME || r == -EINTR) {
 			if (atomic_load(&ur.stopping))
 				break;
@@ -368,10 +385,9 @@ static void *ent_thread(void *arg)
 		}
 		failed = 0;
 		serve_request(e);
-		r = submit_cmd(e, RR_FUSE_IO_URING_CMD_COMMIT_AND_FETCH);
+		r = prep_cmd(e, RR_FUSE_IO_URING_CMD_COMMIT_AND_FETCH);
 		if (r < 0) {
-			if (!is_teardown(r))
-				rr_log(LOG_ERR, "io_uring: cannot commit a reply: %s", strerror(-r));
+			rr_log(LOG_ERR, "io_uring: cannot commit a reply: %s", strerror(-r));
 			break;
 		}
 	}
