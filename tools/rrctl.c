@@ -308,12 +308,13 @@ static int print_stats(int fd)
 	       (unsigned long long)s.cache_misses, (unsigned long long)s.cache_writes,
 	       (unsigned long long)s.cache_dropped, (unsigned long long)s.cache_forgotten);
 	printf("device: %llu metadata reads, %llu metadata writes, %llu metadata blocks written, "
-	       "%llu data reads (%llu spliced), %llu data writes (%llu runs), %llu flushes\n",
+	       "%llu data reads (%llu spliced), %llu data writes (%llu runs), %llu writebacks started early, "
+	       "%llu flushes\n",
 	       (unsigned long long)s.io_meta_reads, (unsigned long long)s.io_meta_writes,
 	       (unsigned long long)s.io_meta_blocks,
 	       (unsigned long long)s.io_data_reads, (unsigned long long)s.io_data_spliced,
 	       (unsigned long long)s.io_data_writes, (unsigned long long)s.io_data_runs,
-	       (unsigned long long)s.io_flushes);
+	       (unsigned long long)s.io_wb_starts, (unsigned long long)s.io_flushes);
 	print_requests(&s);
 	return 0;
 }

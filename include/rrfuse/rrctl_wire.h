@@ -124,6 +124,8 @@ struct rrctl_stats {
 	uint64_t request_ns[RRCTL_NREQ];
 	/* Of io_data_writes: the syscalls that wrote them (the write-behind joins a run into one). */
 	uint64_t io_data_runs;
+	/* Writebacks of the image's page cache started early (src/io/dev.c: wb_start). */
+	uint64_t io_wb_starts;
 };
 
 /*

@@ -36,7 +36,7 @@ static void ctl_io_stats(struct rr_fs *rfs, struct rrctl_stats *s)
 	}
 	io_dev_stats(rfs->fs->io, &d);
 	DEV(meta_reads) DEV(meta_writes) DEV(data_reads) DEV(data_spliced) DEV(data_writes) DEV(data_runs)
-	DEV(flushes)
+	DEV(wb_starts) DEV(flushes)
 	s->io_meta_blocks = d.meta_bytes / rfs->bsize;
 	if (!io_cache_stats(rfs->fs->io, &c)) {
 		CACHE(blocks) CACHE(dirty) CACHE(max) CACHE(hits) CACHE(misses) CACHE(writes) CACHE(dropped)

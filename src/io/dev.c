@@ -42,6 +42,7 @@ struct io_dev {
 	atomic_uint_fast64_t meta_reads, meta_writes, meta_bytes, data_reads, data_writes, flushes;
 	atomic_uint_fast64_t data_spliced;	/* of data_reads: handed out as a descriptor (io_data_read_fd) */
 	atomic_uint_fast64_t data_runs;		/* syscalls that wrote the data_writes */
+	atomic_uint_fast64_t wb_starts;		/* writebacks started (wb_start) */
 	/*
 	 * Write-behind on the buffered descriptor: a data write that continues
 	 * the run waiting here joins it, and the run goes out in one pwrite
@@ -60,9 +61,22 @@ struct io_dev {
 	uint64_t pend_off;
 	int pend_err;
 	atomic_int pend_any;
+	/*
+	 * Data bytes written to the buffered descriptor since its writeback
+	 * was last started (wb_start): relaxed, any thread.
+	 */
+	atomic_uint_fast64_t wb_unstarted;
 };
 
 #define PEND_SIZE (256u << 10)
+/*
+ * Buffered data this large starts going to the device at once, as the
+ * kernel's writeback would start a file's dirty pages: a flush (a commit,
+ * fsync, rrctl sync) then finds most of it written instead of waiting for
+ * all of it.  Without this the host keeps the image's pages dirty until its
+ * own thresholds (a tenth of memory), and every sync pays for them.
+ */
+#define WB_START_BYTES (4u << 20)
 
 static int io_open_readonly;
 static int io_bdev_shared;
@@ -209,6 +223,7 @@ void io_dev_stats(io_channel ch, struct io_dev_stats *st)
 	st->data_spliced = atomic_load_explicit(&d->data_spliced, memory_order_relaxed);
 	st->data_writes = atomic_load_explicit(&d->data_writes, memory_order_relaxed);
 	st->data_runs = atomic_load_explicit(&d->data_runs, memory_order_relaxed);
+	st->wb_starts = atomic_load_explicit(&d->wb_starts, memory_order_relaxed);
 	st->flushes = atomic_load_explicit(&d->flushes, memory_order_relaxed);
 }
 
@@ -282,6 +297,7 @@ static void pend_out_locked(struct io_dev *priv)
 	if (!priv->pend_len)
 		return;
 	tally(&priv->data_runs);
+	atomic_fetch_add_explicit(&priv->wb_unstarted, priv->pend_len, memory_order_relaxed);
 	ret = io_pwrite_all(priv->fd, priv->pend, priv->pend_len, priv->pend_off);
 	if (ret) {
 		rr_log(LOG_ERR, "%s: I/O error writing data, %zu bytes at %llu: %s", priv->name,
@@ -322,6 +338,7 @@ static int pend_write(struct io_dev *priv, struct iovec *iov, int iovcnt, uint64
 		priv->pend = malloc(PEND_SIZE);
 	if (!priv->pend || len > PEND_SIZE) {
 		tally(&priv->data_runs);
+		atomic_fetch_add_explicit(&priv->wb_unstarted, len, memory_order_relaxed);
 		ret = io_pwritev_all(priv->fd, iov, iovcnt, off);
 	} else {
 		if (!priv->pend_len)
@@ -334,6 +351,23 @@ static int pend_write(struct io_dev *priv, struct iovec *iov, int iovcnt, uint64
 	}
 	pthread_mutex_unlock(&priv->pend_lock);
 	return ret;
+}
+
+/*
+ * Start the writeback of the image's dirty pages once WB_START_BYTES of data
+ * have been written since the last start; not waiting for it.  No lock held:
+ * the call may wait for the device's queue.  Its errors reach the next flush
+ * (fdatasync reports a failed writeback).
+ */
+static void wb_start(struct io_dev *priv)
+{
+	if (atomic_load_explicit(&priv->wb_unstarted, memory_order_relaxed) < WB_START_BYTES)
+		return;
+	/* One thread starts it; the others go on. */
+	if (atomic_exchange(&priv->wb_unstarted, 0) < WB_START_BYTES)
+		return;
+	tally(&priv->wb_starts);
+	sync_file_range(priv->fd, 0, 0, SYNC_FILE_RANGE_WRITE);
 }
 
 static errcode_t rr_io_open(const char *name, int flags, io_channel *channel)
@@ -707,11 +741,18 @@ int io_data_writev(io_channel ch, struct iovec *iov, int iovcnt, uint64_t off)
 		return ret;
 	trace_io(TRACE_DATA, TRACE_WRITE, off, len);
 	tally(&priv->data_writes);
-	if (priv->dfd < 0)
-		return pend_write(priv, iov, iovcnt, off, len);
+	if (priv->dfd < 0) {
+		ret = pend_write(priv, iov, iovcnt, off, len);
+		wb_start(priv);
+		return ret;
+	}
 	tally(&priv->data_runs);
-	if (!aligned(priv, off, len) || !(b = bounce_buf()))
-		return io_pwritev_all(priv->fd, iov, iovcnt, off);
+	if (!aligned(priv, off, len) || !(b = bounce_buf())) {
+		atomic_fetch_add_explicit(&priv->wb_unstarted, len, memory_order_relaxed);
+		ret = io_pwritev_all(priv->fd, iov, iovcnt, off);
+		wb_start(priv);
+		return ret;
+	}
 	/* Gather into the bounce buffer, a full buffer (or the end) at a time. */
 	for (i = 0; i < iovcnt; i++) {
 		size_t pos = 0;

@@ -59,6 +59,7 @@ struct io_dev_stats {
 	uint64_t data_reads, data_writes;	/* the data path's */
 	uint64_t data_spliced;			/* reads of those moved by splice */
 	uint64_t data_runs;			/* syscalls that wrote the data_writes */
+	uint64_t wb_starts;			/* writebacks started before a flush asked */
 	uint64_t flushes;
 };
 void io_dev_stats(io_channel ch, struct io_dev_stats *st);

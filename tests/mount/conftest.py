@@ -996,13 +996,13 @@ def device_io(m):
     """The device's counters from `rrctl -s` (src/io/dev.c): calls that moved
     bytes, as metadata_reads, metadata_writes, metadata_blocks_written, data_reads,
     spliced (of data_reads), data_writes, runs (the syscalls that wrote them),
-    flushes."""
+    writebacks_started_early, flushes."""
     out = subprocess.run([RRCTL, m.mnt, "-s"], capture_output=True, text=True, check=True).stdout
     line = [l for l in out.splitlines() if l.startswith("device:")]
     assert line, out
     return {k.replace(" ", "_"): int(v) for v, k in
             re.findall(r"(\d+) (metadata reads|metadata writes|metadata blocks written|data reads|"
-                       r"data writes|flushes|spliced|runs)", line[0])}
+                       r"data writes|flushes|spliced|runs|writebacks started early)", line[0])}
 
 
 def commit(m, path=None):

@@ -44,8 +44,8 @@ GROUPS_HDR = struct.Struct("<IIiIIIII")
 GROUPS_SIZE = GROUPS_HDR.size + 128 * GROUP_FIELDS * 4
 # counters, the cache's, the device's, requests, forgotten; the ring's (a count, four uint32);
 # the policy checks' (refused by kind, policies switched off); the requests' time by opcode;
-# the device's data write syscalls
-STATS_SIZE = 4 * 4 + 8 * (14 + 4 * 5 + 7 + 6 + 1 + 64 + 1) + 8 + 4 * 4 + 8 * (4 + 1) + 8 * 64 + 8
+# the device's data write syscalls; its writebacks started early
+STATS_SIZE = 4 * 4 + 8 * (14 + 4 * 5 + 7 + 6 + 1 + 64 + 1) + 8 + 4 * 4 + 8 * (4 + 1) + 8 * 64 + 8 + 8
 
 
 def iowr(nr, size):
