@@ -65,13 +65,9 @@ START_TEST(goal_first_and_contiguous)
 	ck_assert_uint_eq(ex.len, 250);
 	ck_assert(ext2fs_test_block_bitmap_range2(fs->block_map, 5000, 250) == 0);
 	ck_assert_uint_eq(ext2fs_free_blocks_count(fs->super), before - 250);
-	/*
-	 * The next request at the same goal: the goal group is walked from the
-	 * goal and round, each run measured in buddy chunks (snuggest_run);
-	 * 5250's measures 382 (2 + 4 + ... + 256), 4608's 256, the snuggest.
-	 */
+	/* The next request at the same goal lands just after (the goal group is walked from the goal). */
 	ck_assert_int_eq(rr_alloc_blocks(a, &req, &ex2), 0);
-	ck_assert_uint_eq(ex2.pblk, 4608);
+	ck_assert_uint_eq(ex2.pblk, 5250);
 	rr_free_blocks(a, ex.pblk, ex.len);
 	rr_free_blocks(a, ex2.pblk, ex2.len);
 	ck_assert_uint_eq(ext2fs_free_blocks_count(fs->super), before);
@@ -317,13 +313,15 @@ END_TEST
  * the kernel's mb_find_extent counts it (ext4_mb_measure_extent), not to
  * the first run that holds it: 18 blocks pass a 40-block run (measured
  * 32) for a 20-block one (16 + 4) further on.  First fit there left the
- * small holes the kernel fills (FIDELITY.md, tree and aging).
+ * small holes the kernel fills (FIDELITY.md, tree and aging).  That is
+ * rr_best_fit (on at mount under delalloc=hold); off, the first run.
  */
 START_TEST(snuggest_run)
 {
 	struct rr_alloc_req req = { .ino = 50, .len = 18, .isize = 18 * 4096,
 				    .flags = RR_ALLOC_DATA | RR_ALLOC_CLOSED };
 	struct rr_extent ex;
+	struct rr_alloc_tunables t;
 	uint64_t b;
 
 	rr_alloc_detach(a);
@@ -332,7 +330,16 @@ START_TEST(snuggest_run)
 		if (!(b >= 8192 && b < 8192 + 40) && !(b >= 9216 && b < 9216 + 20) &&
 		    !ext2fs_test_block_bitmap2(fs->block_map, b))
 			occupy(b, 1);
+	/* Off (attach's default): the first run that holds 18. */
 	attach_checked();
+	ck_assert_int_eq(rr_alloc_blocks(a, &req, &ex), 0);
+	ck_assert_uint_eq(ex.pblk, 8192);
+	rr_free_blocks(a, ex.pblk, ex.len);
+	rr_alloc_detach(a);
+	rr_alloc_tunables_default(&t);
+	t.check = 1;
+	t.rr_best_fit = 1;
+	ck_assert_int_eq(rr_alloc_attach(fs, &t, &a), 0);
 	ck_assert_int_eq(rr_alloc_blocks(a, &req, &ex), 0);
 	ck_assert_uint_eq(ex.len, 18);
 	ck_assert_uint_eq(ex.pblk, 9216);
