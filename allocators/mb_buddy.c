@@ -255,6 +255,30 @@ uint32_t mb_buddy_extent_at(const struct mb_buddy *b, uint32_t start, uint32_t m
 	return n;
 }
 
+/*
+ * The kernel's mb_find_extent: the free extent at start counted in whole
+ * maximal chunks, start's own (from start on) and those after it, added
+ * only while the count is short of needed.  So it is often longer than
+ * needed and as long as needed only where the chunks happen to end there,
+ * which is what its best-fit search measures (mballoc.c: measure()).
+ */
+uint32_t mb_buddy_chunk_extent(const struct mb_buddy *b, uint32_t start, uint32_t needed)
+{
+	unsigned int k;
+	uint32_t len, next;
+
+	if (start >= b->nblocks || mb_bit_test(b->bits[0], start))
+		return 0;
+	k = order_of(b, start);
+	len = (1u << k) - (start & ((1u << k) - 1));
+	for (next = start + len; len < needed && next < b->nblocks && !mb_bit_test(b->bits[0], next);
+	     next += 1u << k) {
+		k = order_of(b, next);
+		len += 1u << k;
+	}
+	return start + len > b->nblocks ? b->nblocks - start : len;
+}
+
 int mb_buddy_next_run(const struct mb_buddy *b, uint32_t from, uint32_t *start, uint32_t *len)
 {
 	uint32_t i = from;

@@ -1110,31 +1110,39 @@ static void check_limits(struct rr_alloc *a, struct mb_ac *ac, int finish_group)
 }
 
 /*
- * Kernel: ext4_mb_measure_extent.  The run is measured only up to the goal
- * length, so a run as long as the goal is taken at once (first fit); below
- * that the longest run seen is remembered.
+ * Kernel: ext4_mb_measure_extent.  l is the extent as mb_find_extent
+ * counts it, in whole buddy chunks: one exactly as long as the goal is
+ * taken at once; otherwise, short of the goal the longest seen is kept,
+ * and once one holds the goal the shortest that still does, until
+ * check_limits (mb_min_to_scan extents, or the group's end) settles.  So a
+ * request goes to the snuggest of the first runs that hold it, not to the
+ * first (which left the kernel's small holes whole: FIDELITY.md, tree).
+ * With rr_best_fit off (default but under delalloc=hold) a run is measured
+ * whole and the first that holds the goal is taken.
  */
 static void measure(struct rr_alloc *a, struct mb_ac *ac, uint32_t g, uint32_t s, uint32_t l)
 {
-	if (l > ac->g_ex.len)
-		l = ac->g_ex.len;
+	uint32_t want = ac->g_ex.len, best = ac->b_ex.len;
+
 	ac->found++;
 	STAT_INC(a, extents_scanned);
 	STAT_INC(a, cr_extents[ac->cr]);
-	if ((ac->hints & MB_HINT_FIRST) || l == ac->g_ex.len || l > ac->b_ex.len)
+	if ((ac->hints & MB_HINT_FIRST) || l == want || (!MB_T(a, rr_best_fit) && l > want)) {
 		set_best(a, ac, g, s, l);
-	if ((ac->hints & MB_HINT_FIRST) || l == ac->g_ex.len) {
 		use_best(ac);
 		return;
 	}
+	if (!best || (best < want ? l > best : l > want && l < best))
+		set_best(a, ac, g, s, l);
 	check_limits(a, ac, 0);
 }
 
 /*
- * Walk the group's free runs (kernel: ext4_mb_complex_scan_group).  In the
- * goal group the walk starts at the goal and wraps, which keeps small
- * requests (metadata, short files) next to their goal; the kernel starts
- * at the first free block.
+ * Walk the group's free extents (kernel: ext4_mb_complex_scan_group), each
+ * measured in buddy chunks from where the last one ended.  In the goal
+ * group the walk starts at the goal and wraps, which keeps small requests
+ * (metadata, short files) next to their goal; the kernel starts at the
+ * first free block.
  */
 static void complex_scan(struct rr_alloc *a, struct mb_ac *ac, uint32_t g, enum mb_cr cr)
 {
@@ -1152,9 +1160,16 @@ static void complex_scan(struct rr_alloc *a, struct mb_ac *ac, uint32_t g, enum 
 		while (pos < end && !mb_buddy_next_run(b, pos, &s, &l) && s < end) {
 			if (s + l > end && pass)
 				l = end - s;
-			pos = s + l;
-			if (cr < CR_GOAL_LEN_SLOW && l < ac->g_ex.len)
+			/* The fast criteria pass over runs too short for the goal whole. */
+			if (cr < CR_GOAL_LEN_SLOW && l < ac->g_ex.len) {
+				pos = s + l;
 				continue;
+			}
+			if (!(ac->hints & MB_HINT_FIRST) && MB_T(a, rr_best_fit))
+				l = mb_buddy_chunk_extent(b, s, ac->g_ex.len);
+			if (s + l > end && pass)
+				l = end - s;
+			pos = s + l;
 			measure(a, ac, g, s, l);
 			if (ac->status != AC_CONTINUE)
 				return;
@@ -2393,6 +2408,8 @@ int rr_alloc_attach(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr
 		a->max_order--;
 	if (a->t.mb_optimize_scan == UINT_MAX)
 		a->t.mb_optimize_scan = a->ngroups >= 16;
+	if (a->t.rr_best_fit == UINT_MAX)
+		a->t.rr_best_fit = 0;
 	/* Undecided by the mount (no device known): as the kernel on a device that is not rotational. */
 	if (a->t.mb_max_linear_groups == UINT_MAX)
 		a->t.mb_max_linear_groups = 0;

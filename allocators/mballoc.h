@@ -66,6 +66,8 @@ int mb_buddy_mark_used(struct mb_buddy *b, uint32_t start, uint32_t len);
 int mb_buddy_free(struct mb_buddy *b, uint32_t start, uint32_t len);
 /* Length of the free run starting at start, at most max; 0 if start is used. */
 uint32_t mb_buddy_extent_at(const struct mb_buddy *b, uint32_t start, uint32_t max);
+/* The free extent at start as the kernel's mb_find_extent counts it (whole buddy chunks); 0 if used. */
+uint32_t mb_buddy_chunk_extent(const struct mb_buddy *b, uint32_t start, uint32_t needed);
 /* Next free run at or after from: 0 with its start and length set, or -1. */
 int mb_buddy_next_run(const struct mb_buddy *b, uint32_t from, uint32_t *start, uint32_t *len);
 /* First maximal free chunk of order >= order: its start, or -1. *got = its order. */

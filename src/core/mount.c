@@ -363,6 +363,8 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 	/* -o check also has the allocator verify its buddies after every change. */
 	rfs->opts.alloc.check |= (unsigned int)rfs->opts.check;
 	/* As ext4_mb_init (MB_DEFAULT_LINEAR_LIMIT on a rotational device). */
+	if (rfs->opts.alloc.rr_best_fit == UINT_MAX)
+		rfs->opts.alloc.rr_best_fit = rfs->opts.delalloc == RR_DELALLOC_HOLD;
 	if (rfs->opts.alloc.mb_max_linear_groups == UINT_MAX)
 		rfs->opts.alloc.mb_max_linear_groups = io_dev_rotational(device) ? 4 : 0;
 	if (!ret && (!ro || rfs->ro_cleanup))

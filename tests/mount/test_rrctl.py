@@ -33,6 +33,7 @@ DEFAULTS = {
     "mb_min_to_scan": "10", "mb_max_to_scan": "200", "mb_order2_req": "2",
     "mb_optimize_scan": "0",     # < 16 groups: off, as the kernel
     "mb_best_avail_max_trim_order": "3", "mb_stats": "0", "rr_writeback_whole": "1",
+    "rr_best_fit": "0",          # 1 only under delalloc=hold
     "allocator": "regular",
 }
 
@@ -115,7 +116,7 @@ def test_list_get_set_every_tunable(fs):
     new = {"mb_stream_req": "32", "mb_group_prealloc": "1024", "mb_min_to_scan": "5",
            "mb_max_to_scan": "100", "mb_order2_req": "3", "mb_max_linear_groups": "4",
            "mb_optimize_scan": "1", "mb_best_avail_max_trim_order": "2", "mb_stats": "1",
-           "mb_max_prealloc_kb": "32768", "rr_writeback_whole": "0", "allocator": "regular",
+           "mb_max_prealloc_kb": "32768", "rr_writeback_whole": "0", "rr_best_fit": "1", "allocator": "regular",
            "policy_dir": "/tmp"}
     for k, v in new.items():
         assert rrctl(fs.mnt, "%s=%s" % (k, v)).stdout == "%s = %s\n" % (k, v)
@@ -693,3 +694,16 @@ def test_linear_groups_follow_the_device_as_the_kernels(where):
     if where == "shm":
         assert got == "0"
     shutil.rmtree(os.path.dirname(image), ignore_errors=True)
+
+
+@pytest.mark.opts("delalloc=hold")
+def test_best_fit_decided_by_hold(fs):
+    """rr_best_fit is decided at mount: on with delalloc=hold (the kernel's
+    choice within a group), off otherwise (DEFAULTS above); an explicit
+    value wins."""
+    assert values(fs.mnt)["rr_best_fit"] == "1"
+
+
+@pytest.mark.opts("delalloc=hold,rr_best_fit=0")
+def test_best_fit_explicit_wins(fs):
+    assert values(fs.mnt)["rr_best_fit"] == "0"
