@@ -285,6 +285,21 @@ static int open_checked(const char *device, int norecovery, int *ro, int *devro,
 	return 0;
 }
 
+/* The allocator's tunables that the mount decides when the options leave them open. */
+static void alloc_defaults(struct rr_fs *rfs, const char *device)
+{
+	if (!rfs->opts.alloc.policy[0])
+		rr_alloc_tunables_default(&rfs->opts.alloc);
+	/* -o check also has the allocator verify its buddies after every change. */
+	rfs->opts.alloc.check |= (unsigned int)rfs->opts.check;
+	/* The kernel's best fit where rrfuse allocates when the kernel would: delalloc=hold. */
+	if (rfs->opts.alloc.rr_best_fit == UINT_MAX)
+		rfs->opts.alloc.rr_best_fit = rfs->opts.delalloc == RR_DELALLOC_HOLD;
+	/* As ext4_mb_init (MB_DEFAULT_LINEAR_LIMIT on a rotational device). */
+	if (rfs->opts.alloc.mb_max_linear_groups == UINT_MAX)
+		rfs->opts.alloc.mb_max_linear_groups = io_dev_rotational(device) ? 4 : 0;
+}
+
 int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts,
 	       const struct rr_data_hooks *hooks, char *msg, size_t msglen)
 {
@@ -358,15 +373,7 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 		rr_log(LOG_WARNING, "warning: mounting fs with errors, running e2fsck is recommended");
 
 	ret = rr_itab_init(&rfs->itab);
-	if (!rfs->opts.alloc.policy[0])
-		rr_alloc_tunables_default(&rfs->opts.alloc);
-	/* -o check also has the allocator verify its buddies after every change. */
-	rfs->opts.alloc.check |= (unsigned int)rfs->opts.check;
-	/* As ext4_mb_init (MB_DEFAULT_LINEAR_LIMIT on a rotational device). */
-	if (rfs->opts.alloc.rr_best_fit == UINT_MAX)
-		rfs->opts.alloc.rr_best_fit = rfs->opts.delalloc == RR_DELALLOC_HOLD;
-	if (rfs->opts.alloc.mb_max_linear_groups == UINT_MAX)
-		rfs->opts.alloc.mb_max_linear_groups = io_dev_rotational(device) ? 4 : 0;
+	alloc_defaults(rfs, device);
 	if (!ret && (!ro || rfs->ro_cleanup))
 		ret = rr_alloc_attach(fs, &rfs->opts.alloc, &rfs->alloc);
 	if (rfs->alloc) {
