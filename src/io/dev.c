@@ -355,9 +355,12 @@ static int pend_write(struct io_dev *priv, struct iovec *iov, int iovcnt, uint64
 
 /*
  * Start the writeback of the image's dirty pages once WB_START_BYTES of data
- * have been written since the last start; not waiting for it.  No lock held:
- * the call may wait for the device's queue.  Its errors reach the next flush
- * (fdatasync reports a failed writeback).
+ * have been written since the last start; not waiting for it.  Outside
+ * pend_lock; a caller may hold the fs lock (a slow symlink's target is
+ * written under it), so the call must not wait long: it may wait for the
+ * device's queue, never for the written pages themselves, and never for a
+ * page of the FUSE mount.  Its errors reach the next flush (fdatasync
+ * reports a failed writeback).
  */
 static void wb_start(struct io_dev *priv)
 {
