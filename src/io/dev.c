@@ -289,16 +289,23 @@ static int io_flush(int fd)
 	return fdatasync(fd) ? -errno : 0;
 }
 
+/* One system call of file data on the buffered descriptor: counted, and owed to wb_start. */
+static int data_pwritev(struct io_dev *priv, struct iovec *iov, int iovcnt, uint64_t off, size_t len)
+{
+	tally(&priv->data_runs);
+	atomic_fetch_add_explicit(&priv->wb_unstarted, len, memory_order_relaxed);
+	return io_pwritev_all(priv->fd, iov, iovcnt, off);
+}
+
 /* Write the waiting run out.  Under pend_lock. */
 static void pend_out_locked(struct io_dev *priv)
 {
+	struct iovec iov = { .iov_base = priv->pend, .iov_len = priv->pend_len };
 	int ret;
 
 	if (!priv->pend_len)
 		return;
-	tally(&priv->data_runs);
-	atomic_fetch_add_explicit(&priv->wb_unstarted, priv->pend_len, memory_order_relaxed);
-	ret = io_pwrite_all(priv->fd, priv->pend, priv->pend_len, priv->pend_off);
+	ret = data_pwritev(priv, &iov, 1, priv->pend_off, priv->pend_len);
 	if (ret) {
 		rr_log(LOG_ERR, "%s: I/O error writing data, %zu bytes at %llu: %s", priv->name,
 		       priv->pend_len, (unsigned long long)priv->pend_off, strerror(-ret));
@@ -337,9 +344,7 @@ static int pend_write(struct io_dev *priv, struct iovec *iov, int iovcnt, uint64
 	if (!priv->pend && len <= PEND_SIZE)
 		priv->pend = malloc(PEND_SIZE);
 	if (!priv->pend || len > PEND_SIZE) {
-		tally(&priv->data_runs);
-		atomic_fetch_add_explicit(&priv->wb_unstarted, len, memory_order_relaxed);
-		ret = io_pwritev_all(priv->fd, iov, iovcnt, off);
+		ret = data_pwritev(priv, iov, iovcnt, off, len);
 	} else {
 		if (!priv->pend_len)
 			priv->pend_off = off;
@@ -749,13 +754,12 @@ int io_data_writev(io_channel ch, struct iovec *iov, int iovcnt, uint64_t off)
 		wb_start(priv);
 		return ret;
 	}
-	tally(&priv->data_runs);
 	if (!aligned(priv, off, len) || !(b = bounce_buf())) {
-		atomic_fetch_add_explicit(&priv->wb_unstarted, len, memory_order_relaxed);
-		ret = io_pwritev_all(priv->fd, iov, iovcnt, off);
+		ret = data_pwritev(priv, iov, iovcnt, off, len);
 		wb_start(priv);
 		return ret;
 	}
+	tally(&priv->data_runs);
 	/* Gather into the bounce buffer, a full buffer (or the end) at a time. */
 	for (i = 0; i < iovcnt; i++) {
 		size_t pos = 0;
