@@ -122,7 +122,29 @@ void mb_buddy_generate(struct mb_buddy *b, const uint8_t *bitmap)
 	memset(b->counters, 0, sizeof(b->counters));
 	b->free = b->fragments = 0;
 	for (i = 0; i <= b->nblocks; i++) {
-		int used = i == b->nblocks || mb_bit_test(bitmap, i);
+		int used;
+
+		/* Whole words of a group at a time where they are all free or all used. */
+		while (!(i & 63) && i + 64 <= b->nblocks) {
+			uint64_t w;
+
+			memcpy(&w, bitmap + i / 8, sizeof(w));
+			if (w && ~w)
+				break;
+			if (!w) {
+				memset(b->bits[0] + i / 8, 0, sizeof(w));
+				if (!run)
+					start = i;
+				run += 64;
+			} else if (run) {
+				add_free_chunks(b, start, run);
+				b->free += run;
+				b->fragments++;
+				run = 0;
+			}
+			i += 64;
+		}
+		used = i == b->nblocks || mb_bit_test(bitmap, i);
 
 		if (!used) {
 			mb_bit_clear(b->bits[0], i);

@@ -52,14 +52,32 @@ static unsigned int leaf_space(ext2_filsys fs)
  * The record length of the entry at off, 0 if it is sound: at least 8,
  * a multiple of 4 (the next entry is aligned), inside the block.  -EIO
  * otherwise, as libext2fs's directory walk calls such a leaf corrupt.
+ * Decoded here rather than by ext2fs_get_rec_len, a library call for each
+ * entry of each scan: below 64 KiB blocks the field is the length; at 64 KiB
+ * 0 and 65535 stand for the whole block and the two low bits carry bits 16-17.
  */
-static int entry_rec(ext2_filsys fs, const char *block, unsigned int off, unsigned int *rec)
+static inline int entry_rec(ext2_filsys fs, const char *block, unsigned int off, unsigned int *rec)
 {
-	struct ext2_dir_entry *de = (struct ext2_dir_entry *)(block + off);
+	const struct ext2_dir_entry *de = (const struct ext2_dir_entry *)(block + off);
+	unsigned int raw = ext2fs_le16_to_cpu(de->rec_len);
 
-	if (ext2fs_get_rec_len(fs, de, rec) || *rec < 8 || *rec % 4 || off + *rec > fs->blocksize)
+	if (fs->blocksize < 65536)
+		*rec = raw;
+	else if (raw == 0 || raw == 65535)
+		*rec = fs->blocksize;
+	else
+		*rec = (raw & 65532) | ((raw & 3) << 16);
+	if (*rec < 8 || *rec % 4 || off + *rec > fs->blocksize)
 		return -EIO;
 	return 0;
+}
+
+/* Does the entry de (its name inside its record) hold name? */
+static int entry_is(const struct ext2_dir_entry *de, const char *name, size_t len)
+{
+	/* The last byte first: names in a directory often share their start (f00001, f00002). */
+	return de->inode && len && (size_t)ext2fs_dirent_name_len(de) == len && de->name[len - 1] == name[len - 1] &&
+	       !memcmp(de->name, name, len);
 }
 
 /* Pack entries v[0..n) into a fresh leaf block. */
@@ -378,7 +396,7 @@ static int leaf_find(ext2_filsys fs, const char *buf, const char *name, size_t l
 			return -EIO;
 		if ((size_t)ext2fs_dirent_name_len(de) + 8 > rec)
 			return -EIO;	/* name runs past its record: corrupt leaf */
-		if (de->inode && (size_t)ext2fs_dirent_name_len(de) == len && !memcmp(de->name, name, len)) {
+		if (entry_is(de, name, len)) {
 			*ino = de->inode;
 			return 1;
 		}
@@ -644,7 +662,7 @@ int htree_remove_in_block(struct rr_fs *rfs, ext2_ino_t dir, blk64_t pblk, const
 			ret = -EIO;
 			break;
 		}
-		if (de->inode && (size_t)ext2fs_dirent_name_len(de) == len && !memcmp(de->name, name, len)) {
+		if (entry_is(de, name, len)) {
 			if (prev && !ext2fs_get_rec_len(fs, prev, &prec)) {
 				ret = rr_err_ino(ext2fs_set_rec_len(fs, prec + rec, prev), dir);
 			} else {
