@@ -310,10 +310,26 @@ static int map_run(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk, const 
 {
 	struct ext2_inode_large in;
 	uint64_t size, disk;
+	int resize;
 
+	/*
+	 * Written data past the size on disk: the size goes in the same inode
+	 * write as the extent, as the kernel's i_disksize follows each mapped
+	 * extent, so no commit (the interval's, or one the allocator asks
+	 * for) writes an inode whose initialised blocks pass its size, nor one
+	 * whose size passes data still buffered.
+	 */
 	rr_fs_lock(rfs);
+	size = size_to > ri->size ? size_to : ri->size;
+	disk = blk_start(rfs, lblk + ex->len);
+	disk = disk < size ? disk : size;
+	if (disk < ri->disksize)
+		disk = ri->disksize;
+	resize = size != ri->size || disk != ri->disksize;
 	if (!ret)
 		ret = inode_load(rfs, ri->ino, &in);
+	if (!ret && resize)
+		ret = rr_err_ino(ext2fs_inode_size_set(rfs->fs, (struct ext2_inode *)&in, disk), ri->ino);
 	if (!ret)
 		ret = emap_map(rfs, ri, &in, lblk, ex->pblk, ex->len, uninit);
 	if (ret) {
@@ -325,29 +341,8 @@ static int map_run(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk, const 
 		return ret;
 	}
 	rr_alloc_mapped(rfs->alloc, ex->pblk, ex->len);
-	/*
-	 * Written data past the size on disk: the size follows in the same
-	 * step, as the kernel's i_disksize follows each mapped extent, so no
-	 * commit (the interval's, or one the allocator asks for) writes an
-	 * inode whose initialised blocks pass its size, nor one whose size
-	 * passes data still buffered.  Should that fail, the blocks stay
-	 * mapped (and so in use): the write fails, the data is there.
-	 */
-	size = size_to > ri->size ? size_to : ri->size;
-	disk = blk_start(rfs, lblk + ex->len);
-	disk = disk < size ? disk : size;
-	if (disk < ri->disksize)
-		disk = ri->disksize;
-	if (size != ri->size || disk != ri->disksize) {
-		ret = inode_load(rfs, ri->ino, &in);
-		if (!ret)
-			ret = rr_err_ino(ext2fs_inode_size_set(rfs->fs, (struct ext2_inode *)&in, disk),
-					 ri->ino);
-		if (!ret)
-			ret = inode_write(rfs, ri->ino, &in);
-		if (!ret)
-			size_store(ri, size, disk);
-	}
+	if (resize)
+		size_store(ri, size, disk);
 	rr_fs_end_op(rfs);
 	return ret;
 }
