@@ -95,6 +95,16 @@ static struct ext3_extent_header *root_leaf(struct ext2_inode_large *in)
 	return eh;
 }
 
+void emap_root_init(struct ext2_inode_large *in)
+{
+	struct ext3_extent_header *eh = (struct ext3_extent_header *)in->i_block;
+
+	memset(in->i_block, 0, sizeof(in->i_block));
+	eh->eh_magic = ext2fs_cpu_to_le16(EXT3_EXT_MAGIC);
+	eh->eh_max = ext2fs_cpu_to_le16((sizeof(in->i_block) - sizeof(*eh)) / sizeof(struct ext3_extent));
+	in->i_flags |= EXT4_EXTENTS_FL;
+}
+
 static void ext_get(const struct ext3_extent *e, struct ext2fs_extent *out)
 {
 	unsigned int len = ext2fs_le16_to_cpu(e->ee_len);

@@ -222,15 +222,8 @@ int inode_new(struct rr_fs *rfs, ext2_ino_t dir, const char *name, mode_t mode, 
 	in->i_generation = generation();
 	if (S_ISCHR(mode) || S_ISBLK(mode))
 		inode_set_rdev(in, rdev);
-	if ((S_ISREG(mode) || isdir) && ext2fs_has_feature_extents(fs->super)) {
-		ext2_extent_handle_t h;
-
-		/* An empty extent header in i_block, as the kernel makes. */
-		err = ext2fs_extent_open2(fs, ino, (struct ext2_inode *)in, &h);
-		if (err)
-			return rr_err_ino(err, ino);
-		ext2fs_extent_free(h);
-	}
+	if ((S_ISREG(mode) || isdir) && ext2fs_has_feature_extents(fs->super))
+		emap_root_init(in);
 	err = write_fresh_inode(fs, ino, in);
 	if (err)
 		return rr_err_ino(err, ino);

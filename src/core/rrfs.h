@@ -398,6 +398,8 @@ int emap_map(struct rr_fs *rfs, struct rr_inode *ri, struct ext2_inode_large *in
 int emap_tree_map(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in, uint64_t lblk,
 		  uint64_t pblk, uint32_t len, int uninit);
 int emap_root_bmap(struct ext2_inode_large *in, uint64_t lblk, uint64_t *pblk);
+/* An empty extent tree in a new inode's i_block (depth 0, no entries), as the kernel's ext4_ext_tree_init. */
+void emap_root_init(struct ext2_inode_large *in);
 int emap_tree_punch(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in, uint64_t first,
 		    uint64_t last);
 int emap_mark_init(struct rr_fs *rfs, struct rr_inode *ri, struct ext2_inode_large *in,

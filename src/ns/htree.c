@@ -361,6 +361,27 @@ static int dir_bufs(struct rr_fs *rfs, char **a, char **b)
 	return 0;
 }
 
+/* Directory block pblk of dir (in: dir as on disk), its sum checked if verify. */
+static int leaf_read(ext2_filsys fs, ext2_ino_t dir, const struct ext2_inode_large *in, blk64_t pblk,
+		     char *buf, int verify)
+{
+	int ret = rr_err_ino(io_channel_read_blk64(fs->io, pblk, 1, buf), dir);
+
+	/* A leaf that fails the quick check gets libext2fs's verdict (a dx node always does). */
+	if (!ret && verify && leaf_summed(fs) && leaf_csum(fs, dir, in, (char *)buf, 0) != 1)
+		ret = rr_err_ino(ext2fs_read_dir_block4(fs, pblk, buf, 0, dir), dir);
+	return ret;
+}
+
+/* A changed leaf back to pblk, its sum set: by libext2fs when the tail is not where rrfuse puts it. */
+static int leaf_write(ext2_filsys fs, ext2_ino_t dir, const struct ext2_inode_large *in, blk64_t pblk,
+		      char *buf)
+{
+	if (leaf_summed(fs) && leaf_csum(fs, dir, in, buf, 1) == 1)
+		return rr_err_ino(io_channel_write_blk64(fs->io, pblk, 1, buf), dir);
+	return rr_err_ino(ext2fs_write_dir_block4(fs, pblk, buf, 0, dir), dir);
+}
+
 /* A directory block by logical number.  Caller holds the fs lock. */
 static int read_lblk(ext2_filsys fs, ext2_ino_t dir, struct ext2_inode_large *in, blk64_t lblk,
 		     char *buf, blk64_t *pblk, int verify)
@@ -377,11 +398,7 @@ static int read_lblk(ext2_filsys fs, ext2_ino_t dir, struct ext2_inode_large *in
 		return ret;
 	if (!*pblk)
 		return -EIO;
-	ret = rr_err_ino(io_channel_read_blk64(fs->io, *pblk, 1, buf), dir);
-	/* A leaf that fails the quick check gets libext2fs's verdict (a dx node always does). */
-	if (!ret && verify && leaf_summed(fs) && leaf_csum(fs, dir, in, buf, 0) != 1)
-		ret = rr_err_ino(ext2fs_read_dir_block4(fs, *pblk, buf, 0, dir), dir);
-	return ret;
+	return leaf_read(fs, dir, in, *pblk, buf, verify);
 }
 
 /* Scan one leaf for name; 1 found, 0 not, <0 error. */
@@ -630,9 +647,7 @@ int htree_add(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t in
 	/* No room: libext2fs splits the leaf (or the caller indexes the block). */
 	if (block_link(fs, buf, name, len, ino, ftype) <= 0)
 		return -EAGAIN;
-	if (leaf_summed(fs) && leaf_csum(fs, dir, &in, buf, 1) == 1)
-		return rr_err_ino(io_channel_write_blk64(fs->io, pblk, 1, buf), dir);
-	return rr_err_ino(ext2fs_write_dir_block4(fs, pblk, buf, 0, dir), dir);
+	return leaf_write(fs, dir, &in, pblk, buf);
 }
 
 /*
@@ -642,39 +657,30 @@ int htree_add(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t in
 int htree_remove_in_block(struct rr_fs *rfs, ext2_ino_t dir, blk64_t pblk, const char *name)
 {
 	ext2_filsys fs = rfs->fs;
+	struct ext2_inode_large in;
 	size_t len = strlen(name);
 	struct ext2_dir_entry *prev = NULL;
 	unsigned int off, rec, prec;
-	char *buf = malloc(fs->blocksize);
-	int ret;
+	char *buf, *spare;
+	int ret = inode_load(rfs, dir, &in);
 
-	if (!buf)
-		return -ENOMEM;
-	ret = rr_err_ino(ext2fs_read_dir_block4(fs, pblk, buf, 0, dir), dir);
+	if (!ret)
+		ret = dir_bufs(rfs, &buf, &spare);
+	if (!ret)
+		ret = leaf_read(fs, dir, &in, pblk, buf, 1);
 	for (off = 0; !ret && off + 8 <= fs->blocksize; off += rec) {
 		struct ext2_dir_entry *de = (struct ext2_dir_entry *)(buf + off);
 
-		if (entry_rec(fs, buf, off, &rec)) {
-			ret = -EIO;
-			break;
-		}
-		if ((size_t)ext2fs_dirent_name_len(de) + 8 > rec) {
-			ret = -EIO;
-			break;
-		}
+		if (entry_rec(fs, buf, off, &rec) || (size_t)ext2fs_dirent_name_len(de) + 8 > rec)
+			return -EIO;
 		if (entry_is(de, name, len)) {
-			if (prev && !ext2fs_get_rec_len(fs, prev, &prec)) {
+			if (prev && !entry_rec(fs, buf, (unsigned int)((char *)prev - buf), &prec))
 				ret = rr_err_ino(ext2fs_set_rec_len(fs, prec + rec, prev), dir);
-			} else {
+			else
 				de->inode = 0;
-			}
-			if (!ret)
-				ret = rr_err_ino(ext2fs_write_dir_block4(fs, pblk, buf, 0, dir), dir);
-			free(buf);
-			return ret;
+			return ret ? ret : leaf_write(fs, dir, &in, pblk, buf);
 		}
 		prev = de;
 	}
-	free(buf);
 	return ret ? ret : -ENOENT;
 }
