@@ -112,6 +112,14 @@ static int nbr_free(const struct mb_buddy *b, uint32_t start, uint32_t len)
 	return n;
 }
 
+/* A whole free run of the bitmap: its chunks, its blocks, one fragment. */
+static void add_free_run(struct mb_buddy *b, uint32_t start, uint32_t len)
+{
+	add_free_chunks(b, start, len);
+	b->free += len;
+	b->fragments++;
+}
+
 void mb_buddy_generate(struct mb_buddy *b, const uint8_t *bitmap)
 {
 	uint32_t i, run = 0, start = 0;
@@ -137,9 +145,7 @@ void mb_buddy_generate(struct mb_buddy *b, const uint8_t *bitmap)
 					start = i;
 				run += 64;
 			} else if (run) {
-				add_free_chunks(b, start, run);
-				b->free += run;
-				b->fragments++;
+				add_free_run(b, start, run);
 				run = 0;
 			}
 			i += 64;
@@ -153,9 +159,7 @@ void mb_buddy_generate(struct mb_buddy *b, const uint8_t *bitmap)
 			continue;
 		}
 		if (run) {
-			add_free_chunks(b, start, run);
-			b->free += run;
-			b->fragments++;
+			add_free_run(b, start, run);
 			run = 0;
 		}
 	}

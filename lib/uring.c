@@ -355,7 +355,9 @@ static void *ent_thread(void *arg)
 			continue;
 		}
 		if (r < 0) {
-			rr_log(LOG_ERR, "io_uring: waiting for requests: %s", strerror(-r));
+			/* The reply's submit meets the end of the connection here now. */
+			if (!is_teardown(r))
+				rr_log(LOG_ERR, "io_uring: waiting for requests: %s", strerror(-r));
 			break;
 		}
 		r = cqe->res;

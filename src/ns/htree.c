@@ -16,6 +16,7 @@
 #include "htree.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -368,7 +369,7 @@ static int leaf_read(ext2_filsys fs, ext2_ino_t dir, const struct ext2_inode_lar
 	int ret = rr_err_ino(io_channel_read_blk64(fs->io, pblk, 1, buf), dir);
 
 	/* A leaf that fails the quick check gets libext2fs's verdict (a dx node always does). */
-	if (!ret && verify && leaf_summed(fs) && leaf_csum(fs, dir, in, (char *)buf, 0) != 1)
+	if (!ret && verify && leaf_summed(fs) && leaf_csum(fs, dir, in, buf, 0) != 1)
 		ret = rr_err_ino(ext2fs_read_dir_block4(fs, pblk, buf, 0, dir), dir);
 	return ret;
 }
@@ -401,12 +402,18 @@ static int read_lblk(ext2_filsys fs, ext2_ino_t dir, struct ext2_inode_large *in
 	return leaf_read(fs, dir, in, *pblk, buf, verify);
 }
 
-/* Scan one leaf for name; 1 found, 0 not, <0 error. */
-static int leaf_find(ext2_filsys fs, const char *buf, const char *name, size_t len, ext2_ino_t *ino)
-{
-	unsigned int off, rec;
+/* Where leaf_find found a name: its entry's offset and the one before it (UINT_MAX: none). */
+struct leaf_hit {
+	unsigned int off, prev;
+};
 
-	for (off = 0; off + 8 <= fs->blocksize; off += rec) {
+/* Scan one leaf for name; 1 found (*ino, and *hit if not NULL), 0 not, <0 error. */
+static int leaf_find(ext2_filsys fs, const char *buf, const char *name, size_t len, ext2_ino_t *ino,
+		     struct leaf_hit *hit)
+{
+	unsigned int off, rec, prev = UINT_MAX;
+
+	for (off = 0; off + 8 <= fs->blocksize; prev = off, off += rec) {
 		const struct ext2_dir_entry *de = (const struct ext2_dir_entry *)(buf + off);
 
 		if (entry_rec(fs, buf, off, &rec))
@@ -415,6 +422,8 @@ static int leaf_find(ext2_filsys fs, const char *buf, const char *name, size_t l
 			return -EIO;	/* name runs past its record: corrupt leaf */
 		if (entry_is(de, name, len)) {
 			*ino = de->inode;
+			if (hit)
+				*hit = (struct leaf_hit){ off, prev };
 			return 1;
 		}
 	}
@@ -529,7 +538,7 @@ int htree_find(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t *
 	if (one_block_linear(fs, &in)) {
 		/* A damaged block is left to libext2fs's scan, which names the damage. */
 		ret = read_lblk(fs, dir, &in, 0, lbuf, &pblk, 1);
-		ret = ret ? -EAGAIN : leaf_find(fs, lbuf, name, len, ino);
+		ret = ret ? -EAGAIN : leaf_find(fs, lbuf, name, len, ino, NULL);
 		if (ret > 0)
 			*leaf = pblk;
 		return ret > 0 ? 0 : ret < 0 ? -EAGAIN : -ENOENT;
@@ -541,7 +550,7 @@ int htree_find(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t *
 	for (;;) {
 		ret = read_lblk(fs, dir, &in, p.child, lbuf, &pblk, 1);
 		if (!ret)
-			ret = leaf_find(fs, lbuf, name, len, ino);
+			ret = leaf_find(fs, lbuf, name, len, ino, NULL);
 		if (ret > 0)
 			*leaf = pblk;
 		if (ret)
@@ -658,29 +667,26 @@ int htree_remove_in_block(struct rr_fs *rfs, ext2_ino_t dir, blk64_t pblk, const
 {
 	ext2_filsys fs = rfs->fs;
 	struct ext2_inode_large in;
-	size_t len = strlen(name);
-	struct ext2_dir_entry *prev = NULL;
-	unsigned int off, rec, prec;
-	char *buf, *spare;
+	struct leaf_hit hit;
+	ext2_ino_t found;
+	unsigned int rec;
+	char *buf = NULL, *spare;
 	int ret = inode_load(rfs, dir, &in);
 
 	if (!ret)
 		ret = dir_bufs(rfs, &buf, &spare);
 	if (!ret)
 		ret = leaf_read(fs, dir, &in, pblk, buf, 1);
-	for (off = 0; !ret && off + 8 <= fs->blocksize; off += rec) {
-		struct ext2_dir_entry *de = (struct ext2_dir_entry *)(buf + off);
-
-		if (entry_rec(fs, buf, off, &rec) || (size_t)ext2fs_dirent_name_len(de) + 8 > rec)
-			return -EIO;
-		if (entry_is(de, name, len)) {
-			if (prev && !entry_rec(fs, buf, (unsigned int)((char *)prev - buf), &prec))
-				ret = rr_err_ino(ext2fs_set_rec_len(fs, prec + rec, prev), dir);
-			else
-				de->inode = 0;
-			return ret ? ret : leaf_write(fs, dir, &in, pblk, buf);
-		}
-		prev = de;
-	}
-	return ret ? ret : -ENOENT;
+	if (!ret)
+		ret = leaf_find(fs, buf, name, strlen(name), &found, &hit);
+	if (ret <= 0)
+		return ret ? ret : -ENOENT;
+	/* Sound: leaf_find checked both records. */
+	entry_rec(fs, buf, hit.off, &rec);
+	if (hit.prev == UINT_MAX)
+		((struct ext2_dir_entry *)(buf + hit.off))->inode = 0;
+	else if ((ret = rr_err_ino(ext2fs_set_rec_len(fs, hit.off - hit.prev + rec,
+						      (struct ext2_dir_entry *)(buf + hit.prev)), dir)))
+		return ret;
+	return leaf_write(fs, dir, &in, pblk, buf);
 }
