@@ -157,28 +157,51 @@ int rr_fs_commit_for_alloc(void *rfs)
 	return rr_fs_commit(rfs, 1);
 }
 
+static int before(const struct timespec *a, const struct timespec *b)
+{
+	return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
+}
+
+/*
+ * The commit interval is the journal's (jbd2's commit timer): a commit
+ * when it has passed since the last, whatever was written back between.
+ * A kick (rr_fs_kick_writeback) is the flusher's: due data gets its blocks
+ * and goes out, and the commit waits for its time, so that blocks freed
+ * meanwhile stay unusable as long as on the kernel (they are free again
+ * only after the commit that frees them).
+ */
 static void *commit_main(void *arg)
 {
 	struct rr_fs *rfs = arg;
-	struct timespec ts;
+	struct timespec due, now;
 
 	pthread_mutex_lock(&rfs->commit_lock);
+	clock_gettime(CLOCK_REALTIME, &due);
+	due.tv_sec += rfs->opts.commit_secs;
 	while (!rfs->commit_stop) {
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += rfs->opts.commit_secs;
-		pthread_cond_timedwait(&rfs->commit_cond, &rfs->commit_lock, &ts);
+		pthread_cond_timedwait(&rfs->commit_cond, &rfs->commit_lock, &due);
 		if (rfs->commit_stop)
 			break;
 		pthread_mutex_unlock(&rfs->commit_lock);
-		/* Periodic writeback: delayed data that is due gets its blocks, then the metadata goes out. */
-		sync_delayed(rfs, 1);
+		clock_gettime(CLOCK_REALTIME, &now);
+		if (before(&now, &due)) {
+			int ret = rr_fs_flush_delayed(rfs, 1);
+
+			if (ret)
+				rr_log(LOG_ERR, "writing delayed data failed: %s", strerror(-ret));
+		} else {
+			/* Periodic writeback: delayed data that is due gets its blocks, then the metadata goes out. */
+			sync_delayed(rfs, 1);
+			clock_gettime(CLOCK_REALTIME, &due);
+			due.tv_sec += rfs->opts.commit_secs;
+		}
 		pthread_mutex_lock(&rfs->commit_lock);
 	}
 	pthread_mutex_unlock(&rfs->commit_lock);
 	return NULL;
 }
 
-void rr_fs_kick_commit(struct rr_fs *rfs)
+void rr_fs_kick_writeback(struct rr_fs *rfs)
 {
 	if (!rfs->commit_running)
 		return;

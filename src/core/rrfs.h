@@ -307,8 +307,8 @@ int rr_fs_commit_locked(struct rr_fs *rfs, int sync);
 /* Delayed data written, one commit, the device flushed (rrctl sync).  Fs lock not held. */
 int rr_fs_sync(struct rr_fs *rfs);
 void rr_fs_start_commit_thread(struct rr_fs *rfs);
-/* Have the commit thread's tick come now (the data layer holds more than it should). */
-void rr_fs_kick_commit(struct rr_fs *rfs);
+/* The flusher's work now (the data layer holds more than it should): due data out, no commit. */
+void rr_fs_kick_writeback(struct rr_fs *rfs);
 
 static inline int rr_fs_flush_delayed(struct rr_fs *rfs, int due_only)
 {

@@ -393,7 +393,7 @@ static int free_space_short(struct rr_fs *rfs)
 	uint64_t dirty = rr_alloc_reserved(rfs->alloc), free = rr_alloc_free(rfs->alloc) + dirty;
 
 	if (dirty && free < 2 * dirty && !atomic_exchange(&rfs->delayed.push, 1))
-		rr_fs_kick_commit(rfs);
+		rr_fs_kick_writeback(rfs);
 	return 2 * free < 3 * dirty || free < dirty + rr_hold_limits()->free_watermark;
 }
 
@@ -562,7 +562,7 @@ static int due(struct rr_fs *rfs, struct rr_inode *ri, int64_t now)
 	const struct rr_hold_limits *h = rr_hold_limits();
 
 	return atomic_load(&ri->dirtied) + (int64_t)h->expire_secs <= now ||
-	       blk_start(rfs, atomic_load(&rfs->delayed.blocks)) > h->background_bytes;
+	       blk_start(rfs, atomic_load(&rfs->delayed.blocks)) + rr_hold_machine_dirty() > h->background_bytes;
 }
 
 /* Put kept[0..n) back at the head of the list, ahead of what was listed meanwhile: oldest first. */
@@ -693,8 +693,8 @@ static void delay_limit(struct rr_fs *rfs, struct rr_inode *ri)
 	if (holding(rfs)) {
 		if (total >= 2 * rr_hold_limits()->background_bytes)
 			flush_locked(rfs, ri, 0);
-		else if (total >= rr_hold_limits()->background_bytes)
-			rr_fs_kick_commit(rfs);
+		else if (total + rr_hold_machine_dirty() >= rr_hold_limits()->background_bytes)
+			rr_fs_kick_writeback(rfs);
 		return;
 	}
 	stream = blk_start(rfs, atomic_load(&ri->dbuf.blocks)) >= DELAY_INODE_MAX;

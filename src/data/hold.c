@@ -4,11 +4,15 @@
  * uses them: dirty data expires after dirty_expire_centisecs, and the
  * flusher starts at dirty_background_bytes or, when that is 0,
  * dirty_background_ratio percent of the dirtyable memory (MemAvailable is
- * the nearest figure userspace has).
+ * the nearest figure userspace has), counting every dirty page of the
+ * machine: what the daemon holds is what the kernel's page cache would,
+ * and the rest is in /proc/meminfo.
  */
 #include "hold.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -50,4 +54,30 @@ const struct rr_hold_limits *rr_hold_limits(void)
 {
 	pthread_once(&once, read_limits);
 	return &limits;
+}
+
+/*
+ * The machine's dirty page cache (Dirty in /proc/meminfo, the kernel's
+ * NR_FILE_DIRTY), read at most every 50 ms: the kernel's background
+ * writeback goes on while all of it, not one filesystem's, is past the
+ * threshold (wb_over_bg_thresh).
+ */
+uint64_t rr_hold_machine_dirty(void)
+{
+	static _Atomic int64_t read_at = -1;
+	static _Atomic uint64_t bytes;
+	struct timespec ts;
+	int64_t now, was;
+	long long kb;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	was = atomic_load_explicit(&read_at, memory_order_relaxed);
+	if (was >= 0 && now - was < 50)
+		return atomic_load_explicit(&bytes, memory_order_relaxed);
+	if (!atomic_compare_exchange_strong(&read_at, &was, now))
+		return atomic_load_explicit(&bytes, memory_order_relaxed);
+	kb = read_number("/proc/meminfo", "Dirty: %lld kB");
+	atomic_store_explicit(&bytes, kb > 0 ? (uint64_t)kb * 1024 : 0, memory_order_relaxed);
+	return atomic_load_explicit(&bytes, memory_order_relaxed);
 }

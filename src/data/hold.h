@@ -21,4 +21,7 @@ struct rr_hold_limits {
 /* Read once, the first time; the kernel's defaults where /proc does not say. */
 const struct rr_hold_limits *rr_hold_limits(void);
 
+/* The machine's dirty page cache in bytes, as the kernel's flusher counts it (read every 50 ms at most). */
+uint64_t rr_hold_machine_dirty(void);
+
 #endif

@@ -117,6 +117,29 @@ def test_past_the_background_threshold_the_oldest_goes_first(fs):
 
 
 @pytest.mark.opts(HOLD)
+def test_the_machines_dirty_pages_count_toward_the_threshold(fs):
+    """The kernel's flusher compares all of the machine's dirty pages with the
+    background threshold (wb_over_bg_thresh), not one filesystem's: held data
+    under the threshold goes out once another file's dirty pages take the
+    total past it (src/data/hold.c, rr_hold_machine_dirty)."""
+    other = os.path.join(os.path.dirname(fs.image), "other-dirty")
+    with vm(dirty_expire_centisecs=360000, dirty_background_bytes=96 * MIB):
+        write(fs.mnt, "mine", 60, 16 * MIB)
+        time.sleep(2.5)       # two commit ticks: 16 MiB alone is under 96
+        assert blocks(fs.image, "mine") == 0
+        try:
+            # 88 MiB of dirty page cache on another filesystem (under 96, so the
+            # kernel's flusher leaves it): with the 16 MiB held, past 96.
+            with open(other, "wb") as f:
+                f.write(b"\x5a" * (88 * MIB))
+            assert wait_for(lambda: blocks(fs.image, "mine"), timeout=8) == 4096
+        finally:
+            os.unlink(other)
+        with open(os.path.join(fs.mnt, "mine"), "rb") as f:
+            assert f.read() == pattern(60, 16 * MIB)
+
+
+@pytest.mark.opts(HOLD)
 def test_unlinked_held_data_never_gets_blocks(fs):
     with vm(dirty_expire_centisecs=360000):
         free = os.statvfs(fs.mnt).f_bfree
