@@ -43,6 +43,10 @@ def test_fidelity_tiny(tmp_path):
     text = r.stdout
     m = re.search(r"Figures OK: (\d+), DIFF: (\d+)\.", text)
     assert m, text
+    # The kernel on a direct-I/O loop device; one commit interval on both sides.
+    head = re.search(r"Kernel: `([^`]*)`; rrfuse: `([^`]*)`", text)
+    assert head and "losetup --direct-io=on" in head.group(1), text[:600]
+    assert "commit=60" in head.group(1) and "commit=60" in head.group(2), head.groups()
     for wid in ("seed002", "cycles"):
         sec = text.split("## %s\n" % wid, 1)[1].split("\n## ", 1)[0]
         assert "| figure | kernel | rrfuse | verdict |" in sec, sec
