@@ -266,7 +266,7 @@ struct rr_fs {
 		ext2_ino_t *inos;
 		size_t n, cap;
 		atomic_uint_fast64_t blocks;	/* held by all inodes */
-		atomic_int push;		/* -o delalloc=hold: the next tick writes all (free space is short) */
+		atomic_int push;		/* -o delalloc=hold: a writer writes all back (free space is short) */
 	} delayed __attribute__((aligned(RR_CACHELINE)));
 
 	/* Orphan list: written by unlink, final release and truncate only. */

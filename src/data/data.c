@@ -382,19 +382,41 @@ static int holding(const struct rr_fs *rfs)
 	return rfs->opts.delalloc == RR_DELALLOC_HOLD;
 }
 
+/* Blocks promised to delayed data, and those free with them. */
+static void free_and_dirty(struct rr_fs *rfs, uint64_t *free, uint64_t *dirty)
+{
+	*dirty = rr_alloc_reserved(rfs->alloc);
+	*free = rr_alloc_free(rfs->alloc) + *dirty;
+}
+
 /*
- * ext4_nonda_switch, for -o delalloc=hold: with free blocks under twice
- * those promised to delayed data, all of it is pushed out (the next tick);
- * under one and a half times (or a small margin above them), a write gets
- * its blocks at once instead of waiting (1).
+ * ext4_nonda_switch, for -o delalloc=hold: under one and a half times the
+ * blocks promised to delayed data (or a small margin above them), a write
+ * gets its blocks at once instead of waiting (1).
  */
 static int free_space_short(struct rr_fs *rfs)
 {
-	uint64_t dirty = rr_alloc_reserved(rfs->alloc), free = rr_alloc_free(rfs->alloc) + dirty;
+	uint64_t free, dirty;
 
-	if (dirty && free < 2 * dirty && !atomic_exchange(&rfs->delayed.push, 1))
-		rr_fs_kick_writeback(rfs);
+	free_and_dirty(rfs, &free, &dirty);
 	return 2 * free < 3 * dirty || free < dirty + rr_hold_limits()->free_watermark;
+}
+
+/*
+ * And under twice them, all of it is written back before the write goes
+ * on: ext4_nonda_switch's writeback_inodes_sb waits for the flusher's work,
+ * unless a write-back is under way already (skip_if_busy), when the write
+ * goes on at once.  Caller holds no inode's rw.
+ */
+static void free_space_push(struct rr_fs *rfs)
+{
+	uint64_t free, dirty;
+
+	free_and_dirty(rfs, &free, &dirty);
+	if (!dirty || free >= 2 * dirty || atomic_exchange(&rfs->delayed.push, 1))
+		return;
+	(void)data_flush_all(rfs, 0);
+	atomic_store(&rfs->delayed.push, 0);
 }
 
 static int64_t monotonic_secs(void)
@@ -592,9 +614,6 @@ int data_flush_all(struct rr_fs *rfs, int due_only)
 	size_t n, i, kept = 0;
 	int ret = 0;
 
-	if (atomic_exchange(&rfs->delayed.push, 0))
-		due_only = 0;
-
 	pthread_mutex_lock(&rfs->delayed.lock);
 	inos = rfs->delayed.inos;
 	n = rfs->delayed.n;
@@ -731,6 +750,8 @@ ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size
 	if (ret)
 		return ret;
 
+	if (delay && holding(rfs))
+		free_space_push(rfs);
 	pthread_rwlock_wrlock(&ri->rw);
 	/* The writeback cache's pages of a stream: allocated now, as the kernel's writeback would. */
 	wb = delay && atomic_load(&ri->streaming) ? RR_ALLOC_WRITEBACK : 0;
