@@ -132,7 +132,8 @@ def test_the_machines_dirty_pages_count_toward_the_threshold(fs):
             # kernel's flusher leaves it): with the 16 MiB held, past 96.
             with open(other, "wb") as f:
                 f.write(b"\x5a" * (88 * MIB))
-            assert wait_for(lambda: blocks(fs.image, "mine"), timeout=8) == 4096
+            # (in requests of 2048 blocks: wait for the whole file)
+            assert wait_for(lambda: blocks(fs.image, "mine") == 4096, timeout=8)
         finally:
             os.unlink(other)
         with open(os.path.join(fs.mnt, "mine"), "rb") as f:
