@@ -157,11 +157,6 @@ int rr_fs_commit_for_alloc(void *rfs)
 	return rr_fs_commit(rfs, 1);
 }
 
-static int before(const struct timespec *a, const struct timespec *b)
-{
-	return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
-}
-
 /*
  * The commit interval is the journal's (jbd2's commit timer): a commit
  * when it has passed since the last, whatever was written back between.
@@ -184,7 +179,7 @@ static void *commit_main(void *arg)
 			break;
 		pthread_mutex_unlock(&rfs->commit_lock);
 		clock_gettime(CLOCK_REALTIME, &now);
-		if (before(&now, &due)) {
+		if (rr_ts_before(&now, &due)) {
 			int ret = rr_fs_flush_delayed(rfs, 1);
 
 			if (ret)

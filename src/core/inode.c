@@ -364,11 +364,6 @@ void inode_set_time(struct ext2_inode_large *in, int which, const struct timespe
 			  fits(in, FIELD_END(i_crtime_extra)) ? &in->i_crtime_extra : NULL);
 }
 
-static int ts_before(const struct timespec *a, const struct timespec *b)
-{
-	return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
-}
-
 /*
  * The kernel's touch_atime() under relatime (relatime_need_update): a read
  * sets the access time when it is not after the last modification or
@@ -393,14 +388,14 @@ void inode_accessed(struct rr_fs *rfs, struct rr_inode *ri)
 		inode_get_time(&in, RR_ATIME, &at);
 		inode_get_time(&in, RR_MTIME, &mt);
 		inode_get_time(&in, RR_CTIME, &ct);
-		if ((rfs->opts.atime == RR_ATIME_STRICT || !ts_before(&mt, &at) || !ts_before(&ct, &at) ||
+		if ((rfs->opts.atime == RR_ATIME_STRICT || !rr_ts_before(&mt, &at) || !rr_ts_before(&ct, &at) ||
 		     now.tv_sec - at.tv_sec >= RR_RELATIME_SECS) &&
 		    (at.tv_sec != now.tv_sec || at.tv_nsec != now.tv_nsec)) {
 			inode_set_time(&in, RR_ATIME, &now);
 			if (!inode_write(rfs, ri->ino, &in))
 				at = now;
 		}
-		if (ts_before(&mt, &at) && ts_before(&ct, &at))
+		if (rr_ts_before(&mt, &at) && rr_ts_before(&ct, &at))
 			quiet = at.tv_sec + RR_RELATIME_SECS;
 		atomic_store(&ri->atime_quiet, quiet);
 	}

@@ -310,6 +310,12 @@ void rr_fs_start_commit_thread(struct rr_fs *rfs);
 /* The flusher's work now (the data layer holds more than it should): due data out, no commit. */
 void rr_fs_kick_writeback(struct rr_fs *rfs);
 
+/* a is earlier than b. */
+static inline int rr_ts_before(const struct timespec *a, const struct timespec *b)
+{
+	return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
+}
+
 static inline int rr_fs_flush_delayed(struct rr_fs *rfs, int due_only)
 {
 	return rfs->hooks && rfs->hooks->flush_all ? rfs->hooks->flush_all(rfs, due_only) : 0;

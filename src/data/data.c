@@ -573,6 +573,12 @@ int data_flush(struct rr_fs *rfs, struct rr_inode *ri, int closed)
 	return ret;
 }
 
+/* The dirty bytes the kernel's flusher would count: what the files hold and the machine's own. */
+static uint64_t flusher_dirty(struct rr_fs *rfs)
+{
+	return blk_start(rfs, atomic_load(&rfs->delayed.blocks)) + rr_hold_machine_dirty();
+}
+
 /*
  * Held data (-o delalloc=hold) the kernel's flusher would write now: older
  * than the expiry, or any while all files hold more than the background
@@ -584,7 +590,7 @@ static int due(struct rr_fs *rfs, struct rr_inode *ri, int64_t now)
 	const struct rr_hold_limits *h = rr_hold_limits();
 
 	return atomic_load(&ri->dirtied) + (int64_t)h->expire_secs <= now ||
-	       blk_start(rfs, atomic_load(&rfs->delayed.blocks)) + rr_hold_machine_dirty() > h->background_bytes;
+	       flusher_dirty(rfs) > h->background_bytes;
 }
 
 /* Put kept[0..n) back at the head of the list, ahead of what was listed meanwhile: oldest first. */
@@ -712,7 +718,7 @@ static void delay_limit(struct rr_fs *rfs, struct rr_inode *ri)
 	if (holding(rfs)) {
 		if (total >= 2 * rr_hold_limits()->background_bytes)
 			flush_locked(rfs, ri, 0);
-		else if (total + rr_hold_machine_dirty() >= rr_hold_limits()->background_bytes)
+		else if (flusher_dirty(rfs) >= rr_hold_limits()->background_bytes)
 			rr_fs_kick_writeback(rfs);
 		return;
 	}

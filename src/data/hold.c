@@ -79,5 +79,5 @@ uint64_t rr_hold_machine_dirty(void)
 		return atomic_load_explicit(&bytes, memory_order_relaxed);
 	kb = read_number("/proc/meminfo", "Dirty: %lld kB");
 	atomic_store_explicit(&bytes, kb > 0 ? (uint64_t)kb * 1024 : 0, memory_order_relaxed);
-	return atomic_load_explicit(&bytes, memory_order_relaxed);
+	return kb > 0 ? (uint64_t)kb * 1024 : 0;
 }
