@@ -63,6 +63,8 @@ static errcode_t commit_prepare(struct rr_fs *rfs)
 	ext2_filsys fs = rfs->fs;
 	errcode_t err = 0;
 
+	if (rfs->opts.check)
+		inode_check_written(rfs);
 	rr_error_commit(rfs);
 	orphan_commit(rfs);
 	mmp_check(rfs);

@@ -13,6 +13,8 @@
  */
 #include "rrfs.h"
 #include "log.h"
+#include "orphan.h"
+#include "rrfuse/grow.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -307,10 +309,56 @@ static void atime_look_again(struct rr_fs *rfs, ext2_ino_t ino)
 	itab_unhold(rfs);
 }
 
+/*
+ * -o check: a regular file written is checked at the next commit
+ * (inode_check_written); the same inode written again at once is noted once.
+ */
+static void note_written(struct rr_fs *rfs, ext2_ino_t ino, const struct ext2_inode_large *in)
+{
+	struct rr_ino_list *w = &rfs->check_written;
+
+	if (!rfs->opts.check || !LINUX_S_ISREG(in->i_mode) || !(in->i_flags & EXT4_EXTENTS_FL) ||
+	    (w->n && w->v[w->n - 1] == ino))
+		return;
+	/* Without memory this one goes unchecked. */
+	if (!rr_grow(&w->v, sizeof(*w->v), &w->cap, w->n + 1, 64))
+		w->v[w->n++] = ino;
+}
+
+static int ino_cmp(const void *a, const void *b)
+{
+	ext2_ino_t x = *(const ext2_ino_t *)a, y = *(const ext2_ino_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+void inode_check_written(struct rr_fs *rfs)
+{
+	struct rr_ino_list *w = &rfs->check_written;
+	struct ext2_inode_large in;
+	size_t i;
+
+	if (!w->n)
+		return;
+	qsort(w->v, w->n, sizeof(*w->v), ino_cmp);
+	for (i = 0; i < w->n; i++) {
+		if ((i && w->v[i] == w->v[i - 1]) || inode_load(rfs, w->v[i], &in))
+			continue;
+		/* A shrinking truncate or an unlink under way is on the orphan list: recovery finishes it. */
+		if (LINUX_S_ISREG(in.i_mode) && (in.i_flags & EXT4_EXTENTS_FL) && in.i_links_count &&
+		    !orphan_tracked(rfs, w->v[i]))
+			emap_check_size(rfs, w->v[i], &in);
+	}
+	w->n = 0;
+}
+
 /* Caller holds the fs lock. */
 int inode_write(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in)
 {
-	int ret = rr_err_ino(ext2fs_write_inode_full(rfs->fs, ino, (struct ext2_inode *)in, sizeof(*in)), ino);
+	int ret;
+
+	note_written(rfs, ino, in);
+	ret = rr_err_ino(ext2fs_write_inode_full(rfs->fs, ino, (struct ext2_inode *)in, sizeof(*in)), ino);
 
 	atime_look_again(rfs, ino);
 	return ret;

@@ -547,6 +547,9 @@ int rr_fs_close(struct rr_fs *rfs)
 		ret = rr_err(err);
 	rr_bitmaps_free(&rfs->bitmaps);
 	orphan_destroy(rfs);
+	free(rfs->check_written.v);
+	rfs->check_written.v = NULL;
+	rfs->check_written.n = rfs->check_written.cap = 0;
 	rr_error_detach();
 	return ret;
 }

@@ -61,6 +61,8 @@ int orphan_add(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in);
  * here and the caller writes it afterwards: the list write must come first.
  */
 int orphan_del(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in);
+/* ino is on the list (in the index).  Takes orphans.lock: after the fs lock. */
+int orphan_tracked(struct rr_fs *rfs, ext2_ino_t ino);
 /* At commit: clear orphan_present once the orphan file is empty. */
 void orphan_commit(struct rr_fs *rfs);
 

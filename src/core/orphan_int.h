@@ -10,8 +10,6 @@
 struct orphan_ent *orphan_ent_new(struct rr_orphans *o, ext2_ino_t ino, int32_t slot);
 /* Under orphans.lock: e becomes the newest orphan of the legacy list. */
 void orphan_ent_push(struct rr_orphans *o, struct orphan_ent *e);
-/* ino is on the list (in the index).  Takes orphans.lock. */
-int orphan_tracked(struct rr_fs *rfs, ext2_ino_t ino);
 /* The orphan file's block blk as read at mount: its slots. */
 __le32 *orphan_file_slots(struct rr_fs *rfs, unsigned int blk);
 /* Under orphans.lock: zero slot, on disk. */

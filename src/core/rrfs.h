@@ -88,11 +88,13 @@ struct rr_inode {
 	 */
 	uint64_t size;
 	/*
-	 * i_size on disk: ext4's i_disksize, at most size.  Written data past
-	 * it is still buffered (delayed allocation), and a commit meanwhile
-	 * (another file's fsync, the tick) must not make a crash show it as a
-	 * hole.  It follows the data as runs are mapped (map_run), and equals
-	 * size whenever nothing is buffered.
+	 * i_size on disk: ext4's i_disksize, at most size.  Data past it is
+	 * still buffered (delayed allocation), and a commit meanwhile (another
+	 * file's fsync, the tick) must not make a crash show it as a hole.
+	 * Blocks that become written raise it to their end in the same inode
+	 * write (data.c's size_for_written), so no written block lies past it
+	 * on disk; it may pass buffered data below them, as ext4's does.  It
+	 * equals size whenever nothing is buffered.
 	 */
 	uint64_t disksize;
 	int extents;			/* EXT4_EXTENTS_FL: otherwise block-mapped */
@@ -179,8 +181,15 @@ struct rr_opts {
 	int journal;		/* commits are jbd2 transactions in the image's journal (-o nojournal: not) */
 	int errors;		/* errors=: EXT2_ERRORS_*, 0 = as the superblock says */
 	int atime;		/* RR_ATIME_RELATIME (default), _NOATIME, _STRICT: what a read does to atime */
+	int diratime;		/* 0 (-o nodiratime): a directory's listing leaves its atime alone */
 	int io_uring;		/* -o io_uring: FUSE requests over io_uring where the kernel offers it */
 	struct rr_alloc_tunables alloc;	/* allocator tunables (-o max_prealloc_kb=, mb_*=) */
+};
+
+/* A list of inode numbers. */
+struct rr_ino_list {
+	ext2_ino_t *v;
+	size_t n, cap;
 };
 
 struct rr_fs;
@@ -245,6 +254,7 @@ struct rr_fs {
 	struct ialloc_counts icounts;	/* the kernel's counts as its inode allocator sees them */
 	uint64_t ns_version;	/* bumped by every directory change */
 	char *dirblk[2];	/* room for two directory blocks, htree.c's lookups and adds (malloc'd once) */
+	struct rr_ino_list check_written;	/* -o check: regular files written since the last commit (inode.c) */
 
 	/* Inode table: written on every lookup/forget. */
 	struct rr_itab itab __attribute__((aligned(RR_CACHELINE)));
@@ -373,6 +383,12 @@ void rr_iheld_unlinked(struct rr_fs *rfs, ext2_ino_t ino);
 int inode_read(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in);
 int inode_load(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in);
 int inode_write(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in);
+/*
+ * -o check, at commit under the fs lock (no operation half done): every
+ * regular file written since the last keeps ext4's size invariant
+ * (emap_check_size), but those on the orphan list; abort() if not.
+ */
+void inode_check_written(struct rr_fs *rfs);
 void inode_stat(struct rr_fs *rfs, ext2_ino_t ino, const struct ext2_inode_large *in, struct stat *st);
 void inode_set_time(struct ext2_inode_large *in, int which, const struct timespec *ts);
 void inode_get_time(const struct ext2_inode_large *in, int which, struct timespec *ts);
@@ -410,6 +426,7 @@ int emap_tree_punch(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *
 		    uint64_t last);
 int emap_mark_init(struct rr_fs *rfs, struct rr_inode *ri, struct ext2_inode_large *in,
 		   uint64_t lblk, uint32_t len);
+void emap_check_size(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in);
 void emap_cache_set(struct rr_emap *m, uint32_t lblk, uint32_t len, uint64_t pblk, int uninit);
 uint64_t emap_goal(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk);
 /* The pid of the process whose request this thread handles (0: none): it colours nodelalloc goals. */

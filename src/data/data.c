@@ -299,37 +299,56 @@ static int zero_old_tail(struct rr_fs *rfs, struct rr_inode *ri, uint64_t upto)
 }
 
 /*
+ * ext4's i_disksize rule, for blocks that become written up to block end
+ * (mapped written, or converted from unwritten) by an operation that leaves
+ * the file at least size_to long: the size on disk reaches their end (never
+ * past the file's size), in the same inode write as the map change, so that
+ * no commit writes an inode whose initialised blocks pass its size (e2fsck
+ * rejects it).  It may pass data still buffered below those blocks, as ext4's
+ * does after a ranged writeback: a crash then leaves a hole there (unsynced
+ * data, lost as on ext4), not a file that e2fsck must cut or grow.  Sets the
+ * size in in; returns 1 if it changed (the caller then calls size_store once
+ * the inode is written), or -errno.  Caller holds rw exclusively and the fs lock.
+ */
+static int size_for_written(struct rr_fs *rfs, struct rr_inode *ri, struct ext2_inode_large *in,
+			    uint64_t end, uint64_t size_to, uint64_t *size, uint64_t *disk)
+{
+	int ret;
+
+	*size = size_to > ri->size ? size_to : ri->size;
+	*disk = blk_start(rfs, end);
+	if (*disk > *size)
+		*disk = *size;
+	if (*disk < ri->disksize)
+		*disk = ri->disksize;
+	if (*size == ri->size && *disk == ri->disksize)
+		return 0;
+	ret = rr_err_ino(ext2fs_inode_size_set(rfs->fs, (struct ext2_inode *)in, *disk), ri->ino);
+	return ret ? ret : 1;
+}
+
+/*
  * Map a run the allocator handed out at lblk (unwritten if uninit), or
  * give it back if that fails (or ret, an earlier step's error, is set):
  * a run is mapped whole or not at all (emap_tree_map).  Its blocks enter
- * the bitmap in the same fs-locked section as the map (rr_alloc_mapped).
+ * the bitmap in the same fs-locked section as the map (rr_alloc_mapped);
+ * a written run raises the size on disk with it (size_for_written).
  * Caller holds rw exclusively, not the fs lock.
  */
 static int map_run(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk, const struct rr_extent *ex,
 		   int uninit, unsigned int flags, int ret, uint64_t size_to)
 {
 	struct ext2_inode_large in;
-	uint64_t size, disk;
-	int resize;
+	uint64_t size = 0, disk = 0;
+	int resize = 0;
 
-	/*
-	 * Written data past the size on disk: the size goes in the same inode
-	 * write as the extent, as the kernel's i_disksize follows each mapped
-	 * extent, so no commit (the interval's, or one the allocator asks
-	 * for) writes an inode whose initialised blocks pass its size, nor one
-	 * whose size passes data still buffered.
-	 */
 	rr_fs_lock(rfs);
-	size = size_to > ri->size ? size_to : ri->size;
-	disk = blk_start(rfs, lblk + ex->len);
-	disk = disk < size ? disk : size;
-	if (disk < ri->disksize)
-		disk = ri->disksize;
-	resize = size != ri->size || disk != ri->disksize;
 	if (!ret)
 		ret = inode_load(rfs, ri->ino, &in);
-	if (!ret && resize)
-		ret = rr_err_ino(ext2fs_inode_size_set(rfs->fs, (struct ext2_inode *)&in, disk), ri->ino);
+	if (!ret && !uninit)
+		resize = size_for_written(rfs, ri, &in, lblk + ex->len, size_to, &size, &disk);
+	if (resize < 0)
+		ret = resize;
 	if (!ret)
 		ret = emap_map(rfs, ri, &in, lblk, ex->pblk, ex->len, uninit);
 	if (ret) {
@@ -342,6 +361,31 @@ static int map_run(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk, const 
 	}
 	rr_alloc_mapped(rfs->alloc, ex->pblk, ex->len);
 	if (resize)
+		size_store(ri, size, disk);
+	rr_fs_end_op(rfs);
+	return ret;
+}
+
+/*
+ * Unwritten blocks [lblk, lblk+n), their data just written, become written
+ * blocks of a file at least size_to long; the size on disk follows them
+ * (size_for_written).  Caller holds rw exclusively, not the fs lock.
+ */
+static int mark_written(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk, uint32_t n, uint64_t size_to)
+{
+	struct ext2_inode_large in;
+	uint64_t size = 0, disk = 0;
+	int ret, resize = 0;
+
+	rr_fs_lock(rfs);
+	ret = inode_load(rfs, ri->ino, &in);
+	if (!ret)
+		resize = size_for_written(rfs, ri, &in, lblk + n, size_to, &size, &disk);
+	if (resize < 0)
+		ret = resize;
+	if (!ret)
+		ret = emap_mark_init(rfs, ri, &in, lblk, n);
+	if (!ret && resize)
 		size_store(ri, size, disk);
 	rr_fs_end_op(rfs);
 	return ret;
@@ -772,7 +816,6 @@ ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size
 	pos = off;
 	while (!ret && pos < end) {
 		uint64_t lblk = pos >> rfs->bbits, seg_end;
-		struct ext2_inode_large in;
 		struct rr_ext m;
 		uint32_t n;
 
@@ -790,13 +833,8 @@ ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size
 			ret = move_mapped(rfs, ri, (char *)buf + (pos - off), pos, seg_end - pos, 1);
 		} else if (m.pblk) {
 			ret = write_whole_blocks(rfs, m.pblk, lblk, n, buf + (pos - off), pos, seg_end);
-			if (!ret) {
-				rr_fs_lock(rfs);
-				ret = inode_load(rfs, ri->ino, &in);
-				if (!ret)
-					ret = emap_mark_init(rfs, ri, &in, lblk, n);
-				rr_fs_end_op(rfs);
-			}
+			if (!ret)
+				ret = mark_written(rfs, ri, lblk, n, seg_end);
 		} else {
 			int64_t r = delay ? delay_write(rfs, ri, buf + (pos - off), pos, end, n, root) :
 				    fill_hole(rfs, ri, buf + (pos - off), pos, end, n,

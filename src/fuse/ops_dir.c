@@ -50,7 +50,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t fino, size_t size, off_t off,
 			return;
 		}
 		dh->loaded = 1;
-		dir = ops_node(rfs, fino);
+		dir = rfs->opts.diratime ? ops_node(rfs, fino) : NULL;
 		if (dir) {
 			inode_accessed(rfs, dir);
 			rr_iunpin(rfs, dir);

@@ -1,5 +1,5 @@
 """Access times as the kernel's ext4 keeps them (relatime by default, noatime,
-strictatime): FUSE leaves atime to the server, which sees the reads that
+strictatime; nodiratime and diratime for directories): FUSE leaves atime to the server, which sees the reads that
 miss the kernel's page cache (a remount empties it).  Each case runs the
 same steps on rrfuse and on the kernel's ext4 (loop device) and compares
 whether each read moved the access time (fstests generic/192)."""
@@ -57,7 +57,9 @@ def _run(kernel, opts):
 
 
 @pytest.mark.parametrize("opts,want", [("", [True, False, True, True]),
-                                       ("noatime", [False, False, False, False])])
+                                       ("noatime", [False, False, False, False]),
+                                       ("nodiratime", [True, False, False, True]),
+                                       ("diratime", [True, False, True, True])])
 def test_reads_move_atime_as_the_kernels(opts, want):
     require_mount_backend()
     got = _run(False, opts)

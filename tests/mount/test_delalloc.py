@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from conftest import (RRCTL, Mount, debugfs, fsck, image_blocks, kill_daemon, leaf_extents, libc,
+from conftest import (RRCTL, Mount, debugfs, fallocate, fsck, image_blocks, kill_daemon, leaf_extents, libc,
                       make_image, pattern, run_mounted, wait_for)
 
 pytestmark = pytest.mark.rrfuse_only
@@ -308,3 +308,57 @@ def test_killed_with_delayed_data_leaves_a_clean_image():
     assert lengths(image, "lost") == []
     assert disk_size(image, "kept") == MIB
     assert disk_size(image, "lost") == 0
+
+
+FALLOC_FL_KEEP_SIZE = 1
+
+
+@pytest.mark.parametrize("opts,writer_open", [("", False), ("", True), ("delalloc=hold", False)],
+                         ids=["closed", "open_written_back", "hold"])
+def test_killed_after_writing_preallocated_blocks_past_eof(opts, writer_open):
+    """Issue 38: blocks fallocated past EOF (KEEP_SIZE) are written while a
+    hole below them still waits in the daemon, and another file's fsync
+    commits.  The inode that commit writes keeps ext4's rule (no written
+    block past the size on disk, which the written blocks raise as ext4's
+    writeback raises i_disksize): after the kill and the journal's replay,
+    e2fsck -fn is clean (it said "i_size is 8000, should be 102400") and
+    the file holds what reached the disk, a hole where the buffered block
+    was.  Closed by default, the close wrote everything; the writer kept
+    open (its pages sent by sync_file_range) and delalloc=hold leave that
+    block buffered."""
+    image = make_image(size="128M")
+    m = Mount(image, opts=",".join(o for o in ("commit=0", opts) if o)).mount()
+    head, pre, late = pattern(1, 8000), pattern(2, 20 * 4096), pattern(3, 4096)
+    try:
+        with open(m.path("f"), "wb") as f:
+            f.write(head)
+        fd = os.open(m.path("f"), os.O_RDWR)
+        fallocate(fd, FALLOC_FL_KEEP_SIZE, 16384, 21 * 4096)
+        os.pwrite(fd, pre, 16384)
+        os.pwrite(fd, late, 8192)
+        if writer_open:
+            write_back(fd)
+        else:
+            os.close(fd)
+        with open(m.path("g"), "wb") as g:
+            g.write(b"g" * 5000)
+            g.flush()
+            os.fsync(g.fileno())
+        kill_daemon(m)
+        if writer_open:
+            os.close(fd)
+    finally:
+        m.cleanup()
+    r = subprocess.run(["e2fsck", "-fy", "-E", "journal_only", image], capture_output=True, text=True)
+    assert r.returncode in (0, 1), r.stdout + r.stderr
+    rc, out = fsck(image)
+    assert rc == 0, out
+    assert disk_size(image, "f") == 16384 + len(pre)
+    dump = image + ".f"
+    debugfs(image, "dump /f " + dump)
+    with open(dump, "rb") as fh:
+        data = fh.read()
+    os.unlink(dump)
+    assert data[:8000] == head and data[16384:] == pre
+    held = opts == "delalloc=hold" or writer_open
+    assert data[8192:12288] == (bytes(4096) if held else late)

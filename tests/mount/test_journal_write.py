@@ -486,43 +486,76 @@ def test_tiny_journal_big_operations():
 # ------------------------------------------------------- crash anywhere
 
 WORKLOAD = r'''
-import hashlib, os, random, sys
+import ctypes, hashlib, os, random, sys
 root, log, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
 # the write recorder's log (test_power_loss.py): its size when an fsync has returned
 rec = sys.argv[4] if len(sys.argv) > 4 else None
 rnd = random.Random(seed)
 lf = open(log, "a", buffering=1)
+libc = ctypes.CDLL(None, use_errno=True)
+libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+KEEP_SIZE = 1
 def note(*a):
     lf.write(" ".join(a) + "\n"); lf.flush(); os.fsync(lf.fileno())
-n = 0
-os.makedirs(os.path.join(root, "keep"), exist_ok=True)
-os.makedirs(os.path.join(root, "churn"), exist_ok=True)
-while True:
-    n += 1
+def prealloc(fd, off, n):
+    # blocks past EOF, unwritten, the size unchanged (as a database or a log preallocates)
+    libc.fallocate(fd, KEEP_SIZE, off, n)
+def churn():
+    return os.path.join(root, "churn", "c%d" % rnd.randrange(200))
+def kept(name):
+    # a kept file: written, fsync'd, then only ever renamed whole.  Some are
+    # preallocated past their end and written out of order: the blocks past
+    # EOF first, a hole below them filled last.
+    data = os.urandom(rnd.choice([100, 5000, 70000, 200000]))
+    fd = os.open(os.path.join(root, name), os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    if len(data) > 5000 and rnd.random() < 0.5:
+        cut = rnd.randrange(1, len(data) // 4096 + 1) * 4096 // 2
+        os.write(fd, data[:100])
+        prealloc(fd, 100, len(data) + rnd.randrange(0, 65536))
+        os.pwrite(fd, data[cut:], cut)
+        os.pwrite(fd, data[100:cut], 100)
+    else:
+        os.write(fd, data)
+    os.fsync(fd); os.close(fd)
+    note("F", name, hashlib.sha256(data).hexdigest(), str(os.path.getsize(rec) if rec else 0))
+    if rnd.random() < 0.5:
+        note("R", name, name + ".r")
+        os.rename(os.path.join(root, name), os.path.join(root, name + ".r"))
+def step(n):
     op = rnd.random()
-    if op < 0.25:
-        # a kept file: written, fsync'd, then only ever renamed whole
-        name = "keep/k%d_%d" % (seed, n)
-        data = os.urandom(rnd.choice([100, 5000, 70000]))
-        with open(os.path.join(root, name), "wb") as f:
-            f.write(data); f.flush(); os.fsync(f.fileno())
-        note("F", name, hashlib.sha256(data).hexdigest(), str(os.path.getsize(rec) if rec else 0))
-        if rnd.random() < 0.5:
-            note("R", name, name + ".r")
-            os.rename(os.path.join(root, name), os.path.join(root, name + ".r"))
-    elif op < 0.55:
-        p = os.path.join(root, "churn", "c%d" % rnd.randrange(200))
-        with open(p, "ab") as f:
+    if op < 0.2:
+        kept("keep/k%d_%d" % (seed, n))
+    elif op < 0.4:
+        with open(churn(), "ab") as f:
             f.write(os.urandom(rnd.randrange(1, 20000)))
+    elif op < 0.5:
+        # preallocated past EOF, written into, a hole below filled late or never; left open a while
+        fd = os.open(churn(), os.O_CREAT | os.O_RDWR, 0o644)
+        size = os.fstat(fd).st_size
+        prealloc(fd, size + 8192, rnd.randrange(1, 40) * 4096)
+        os.pwrite(fd, os.urandom(rnd.randrange(1, 60000)), size + 8192 + rnd.randrange(0, 8192))
+        if rnd.random() < 0.5:
+            os.pwrite(fd, os.urandom(8192), size)
+        os.close(fd)
+    elif op < 0.6:
+        # a write far past EOF (a hole), the hole filled by a later write
+        p = churn()
+        with open(p, "ab") as f:
+            end = f.tell()
+            f.seek(end + rnd.randrange(1, 20) * 4096)
+            f.write(os.urandom(rnd.randrange(1, 9000)))
+            f.seek(end)
+            if rnd.random() < 0.7:
+                f.write(os.urandom(rnd.randrange(1, 9000)))
     elif op < 0.7:
-        p = os.path.join(root, "churn", "c%d" % rnd.randrange(200))
+        p = churn()
         if os.path.exists(p):
             os.truncate(p, rnd.randrange(0, 10000))
-    elif op < 0.85:
-        p = os.path.join(root, "churn", "c%d" % rnd.randrange(200))
+    elif op < 0.8:
+        p = churn()
         if os.path.exists(p):
             os.unlink(p)
-    elif op < 0.95:
+    elif op < 0.93:
         d = os.path.join(root, "churn", "d%d" % rnd.randrange(20))
         if os.path.isdir(d):
             for e in os.listdir(d):
@@ -533,11 +566,52 @@ while True:
             for i in range(rnd.randrange(1, 30)):
                 open(os.path.join(d, "e%d" % i), "wb").write(b"y" * i)
     else:
-        a = os.path.join(root, "churn", "c%d" % rnd.randrange(200))
-        b = os.path.join(root, "churn", "c%d" % rnd.randrange(200))
+        a, b = churn(), churn()
         if os.path.exists(a):
             os.rename(a, b)
+n = 0
+os.makedirs(os.path.join(root, "keep"), exist_ok=True)
+os.makedirs(os.path.join(root, "churn"), exist_ok=True)
+while True:
+    n += 1
+    try:
+        step(n)
+    except FileNotFoundError:
+        pass            # another writer took the file or directory away
+    except OSError as e:
+        if e.errno not in (39, 17, 2):  # ENOTEMPTY, EEXIST, ENOENT: the other writer again
+            raise
 '''
+
+# Writers of the workload at once, each with its own seed.
+WRITERS = 2
+
+
+def start_workload(work, mnt, log, seed, reclog=None):
+    """WRITERS processes of WORKLOAD on mnt (already written to work), their
+    errors in work + ".errN"."""
+    extra = [reclog] if reclog else []
+    procs = []
+    for i in range(WRITERS):
+        with open("%s.err%d" % (work, i), "wb") as err:
+            procs.append(subprocess.Popen([sys.executable, work, mnt, log, str(seed + i)] + extra,
+                                          stdout=subprocess.DEVNULL, stderr=err))
+    return procs
+
+
+def workload_running(work, procs):
+    """Before the crash: a writer that stopped by itself stopped on an error of the mount's."""
+    for i, p in enumerate(procs):
+        if p.poll() is not None:
+            with open("%s.err%d" % (work, i)) as f:
+                raise AssertionError("a writer of the workload stopped: " + f.read()[-2000:])
+
+
+def stop_workload(procs):
+    for p in procs:
+        p.kill()
+    for p in procs:
+        p.wait()
 
 
 def keep_digests(root):
@@ -617,13 +691,12 @@ def crash_rounds(rounds, opts="", mkfs_args=(), seconds=(0.5, 2.5), seed=None, u
     bad = []
     for rnd_i in range(rounds):
         m = mount(image, opts=opts)
-        proc = subprocess.Popen([sys.executable, work, m.mnt, log, str(rnd.randrange(1 << 30))],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs = start_workload(work, m.mnt, log, rnd.randrange(1 << 30))
         time.sleep(rnd.uniform(*seconds))
+        workload_running(work, procs)
         kill_daemon(m)
         m.cleanup()
-        proc.kill()
-        proc.wait()
+        stop_workload(procs)
         trees = []
         if "nojournal" not in opts:
             more, trees = other_replays(image, "round %d" % rnd_i)
@@ -666,10 +739,11 @@ def crash_rounds(rounds, opts="", mkfs_args=(), seconds=(0.5, 2.5), seed=None, u
     return bad
 
 
-@pytest.mark.parametrize("mkfs_args", [CSUM_V3, TINY], ids=["csum_v3", "tiny_1k"])
-def test_crash_anywhere(mkfs_args):
+@pytest.mark.parametrize("mkfs_args,opts", [(CSUM_V3, ""), (TINY, ""), (CSUM_V3, "delalloc=hold")],
+                         ids=["csum_v3", "tiny_1k", "csum_v3_hold"])
+def test_crash_anywhere(mkfs_args, opts):
     rounds = int(os.environ.get("RRFUSE_CRASH_ROUNDS", "4"))
-    bad = crash_rounds(rounds, mkfs_args=mkfs_args)
+    bad = crash_rounds(rounds, opts=opts, mkfs_args=mkfs_args)
     assert not bad, "damage after a crash:\n" + "\n----\n".join(bad)
 
 
