@@ -1687,12 +1687,16 @@ static int mb_new_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, uin
 
 	if (file_data && pa_use(a, req->ino, req->lblk, len, out)) {
 		stat_pa_hit(a, req, len, out);
+		if (MB_TRACING(a))
+			mb_trace_prealloc(a, req, len, out);
 		return 0;
 	}
 	small = file_data && group_alloc(a, req, len);
 	exact = file_data && !small && closed_to_end(a, req);
 	if (small && lg_use(a, mb_cpu_slot(a), len, req->goal, out)) {
 		stat_pa_hit(a, req, len, out);
+		if (MB_TRACING(a))
+			mb_trace_prealloc(a, req, len, out);
 		return 0;
 	}
 	do {
@@ -1740,6 +1744,8 @@ static int mb_new_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, uin
 			ret = -EAGAIN;
 		}
 	} while (ret == -EAGAIN);
+	if (!ret && MB_TRACING(a))
+		mb_trace_alloc(a, req, &ac, out, exact);
 	return ret;
 }
 
@@ -1827,6 +1833,8 @@ int rr_alloc_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, struct r
 		if (len > avail)
 			len = avail;
 	}
+	if (MB_TRACING(a))
+		mb_trace_request(a, req, (uint32_t)len);
 	if (!len)
 		return -ENOSPC;
 	tl_nolock = nolock;
@@ -2028,6 +2036,8 @@ void rr_alloc_commit_end(struct rr_alloc *a)
 		atomic_fetch_sub(&f->blocks, e.len);
 		free_range(a, e.pblk, e.len, 1);
 	}
+	if (MB_TRACING(a))
+		mb_trace_flush(a);
 }
 
 void rr_alloc_committing_each(struct rr_alloc *a, void (*fn)(void *arg, uint64_t blk, uint64_t len),
@@ -2176,6 +2186,8 @@ static void free_run(struct rr_alloc *a, uint64_t blk, uint32_t n, int pending)
 
 void rr_free_blocks(struct rr_alloc *a, uint64_t pblk, uint32_t len)
 {
+	if (MB_TRACING(a))
+		mb_trace_free(a, pblk, len);
 	each_pending_run(a, pblk, len, free_run);
 }
 
@@ -2183,10 +2195,13 @@ void rr_free_blocks(struct rr_alloc *a, uint64_t pblk, uint32_t len)
 
 static void apply_range(struct rr_alloc *a, uint64_t blk, uint64_t num, int inuse)
 {
-	if (inuse > 0)
+	if (inuse > 0) {
 		claim_range(a, blk, num);
-	else
+	} else {
+		if (MB_TRACING(a))
+			mb_trace_free(a, blk, num);
 		release_range(a, blk, num);
+	}
 }
 
 /*
@@ -2437,6 +2452,7 @@ int rr_alloc_attach(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr
 	}
 	for (i = 0; i < MB_PA_LOCKS; i++)
 		pthread_mutex_init(&a->pa_locks[i], NULL);
+	pthread_mutex_init(&a->trace.lock, NULL);
 	for (i = 0; i < a->nlg; i++)
 		pthread_mutex_init(&a->lg_locks[i], NULL);
 	/* Only the descriptors: buddies are built on first use. */
@@ -2520,6 +2536,8 @@ void rr_alloc_detach(struct rr_alloc *a)
 		ext2fs_set_block_alloc_stats_range_callback(a->fs, a->old_stats_range, NULL);
 		a->fs->priv_data = a->old_priv;
 	}
+	rr_alloc_set_trace(a, NULL, NULL, 0, 0);
+	pthread_mutex_destroy(&a->trace.lock);
 	/* The running policy and every one a live switch replaced (kept for requests then in flight). */
 	for (run = atomic_load(&a->run); run; run = next) {
 		next = run->retired;
