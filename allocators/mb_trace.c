@@ -2,7 +2,10 @@
 /*
  * -o alloc_trace: every allocation request, preallocation use and free
  * as the line the kernel's tracefs prints for ext4_request_blocks,
- * ext4_mballoc_alloc, ext4_mballoc_prealloc and ext4_free_blocks (as
+ * ext4_mballoc_alloc, ext4_mballoc_prealloc and ext4_free_blocks, and
+ * each drop of a file's preallocations (at its writer's last close, before
+ * a truncate or delete) as ext4_discard_preallocations, whose len rrfuse
+ * fills with the number of preallocations dropped (as
  * /sys/kernel/tracing/events/ext4/EVENT/format gives them on Linux 6.18),
  * so that one parser reads the kernel's trace and rrfuse's
  * (tools/ext4trace.py).  The line head is tracefs's own: the task (this
@@ -223,6 +226,15 @@ void mb_trace_prealloc(struct rr_alloc *a, const struct rr_alloc_req *req, uint3
 	emit(a, "ext4_mballoc_prealloc", "inode %lu orig %u/%d/%u@%u result %u/%d/%u@%u", (unsigned long)req->ino,
 	     o.group, (int)o.start, len, (uint32_t)req->lblk, r.group, (int)r.start, out->len,
 	     (uint32_t)req->lblk);
+}
+
+void mb_trace_discard(struct rr_alloc *a, ext2_ino_t ino, const struct mb_pa *gone)
+{
+	unsigned int n = 0;
+
+	for (; gone; gone = gone->inext)
+		n++;
+	emit(a, "ext4_discard_preallocations", "ino %lu len: %u", (unsigned long)ino, n);
 }
 
 /*

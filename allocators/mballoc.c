@@ -736,11 +736,16 @@ void rr_alloc_discard_inode(struct rr_alloc *a, ext2_ino_t ino)
 {
 	struct mb_pa *gone = NULL;
 
-	if (!a || !atomic_load(&a->pa_count))
+	if (!a)
 		return;
-	pthread_mutex_lock(ino_lock(a, ino));
-	pa_collect_bucket(a, pa_bucket(a, ino), 0, ino, &gone);
-	pthread_mutex_unlock(ino_lock(a, ino));
+	if (atomic_load(&a->pa_count)) {
+		pthread_mutex_lock(ino_lock(a, ino));
+		pa_collect_bucket(a, pa_bucket(a, ino), 0, ino, &gone);
+		pthread_mutex_unlock(ino_lock(a, ino));
+	}
+	/* Every call, as the kernel's ext4_discard_preallocations traces every call: a replay needs it. */
+	if (MB_TRACING(a))
+		mb_trace_discard(a, ino, gone);
 	pa_release_list(a, gone);
 }
 

@@ -411,6 +411,8 @@ void mb_trace_alloc(struct rr_alloc *a, const struct rr_alloc_req *req, const st
 void mb_trace_prealloc(struct rr_alloc *a, const struct rr_alloc_req *req, uint32_t len,
 		       const struct rr_extent *out);
 void mb_trace_free(struct rr_alloc *a, uint64_t blk, uint64_t len);
+/* ext4_discard_preallocations: the inode's preallocations dropped (gone: their list, by inext). */
+void mb_trace_discard(struct rr_alloc *a, ext2_ino_t ino, const struct mb_pa *gone);
 void mb_trace_flush(struct rr_alloc *a);
 
 #endif

@@ -3,7 +3,7 @@ text capture of the kernel's ext4 (``cat /sys/kernel/tracing/trace``, or
 ``trace_pipe``) and for rrfuse's ``-o alloc_trace=FILE``, which writes the
 same lines.
 
-Four events are read, with the fields and order Linux 6.18 prints
+Five events are read, with the fields and order Linux 6.18 prints
 (``/sys/kernel/tracing/events/ext4/EVENT/format``):
 
   ext4_request_blocks    dev M,N ino I flags F len L lblk B goal G
@@ -13,6 +13,8 @@ Four events are read, with the fields and order Linux 6.18 prints
                          tail N broken N
   ext4_mballoc_prealloc  dev M,N inode I orig g/s/l@b result g/s/l@b
   ext4_free_blocks       dev M,N ino I mode 0M block B count C flags F
+  ext4_discard_preallocations  dev M,N ino I len: N
+                         (a file's preallocations dropped: what a replay needs)
 
 Other lines (comments, other events) are skipped; ``parse(..., strict=True)``
 refuses a line of these four that does not have their shape.  Each record
@@ -27,7 +29,8 @@ each event and the blocks requested, found and freed.
 import re
 import sys
 
-EVENTS = ("ext4_request_blocks", "ext4_mballoc_alloc", "ext4_mballoc_prealloc", "ext4_free_blocks")
+EVENTS = ("ext4_request_blocks", "ext4_mballoc_alloc", "ext4_mballoc_prealloc", "ext4_free_blocks",
+          "ext4_discard_preallocations")
 
 # tracefs's head: task-pid (the task's name may hold spaces and dashes; the pid is the last
 # "-digits"), [cpu], the flag columns (4 on kernels before 5.16, 5 after), timestamp.
@@ -46,6 +49,7 @@ BODY = {
         r"dev (\d+),(\d+) inode (\d+) orig %s result %s\s*$" % (EXT, EXT)),
     "ext4_free_blocks": re.compile(
         r"dev (\d+),(\d+) ino (\d+) mode (0[0-7]*) block (\d+) count (\d+) flags (\S*)\s*$"),
+    "ext4_discard_preallocations": re.compile(r"dev (\d+),(\d+) ino (\d+) len: (\d+)\s*$"),
 }
 
 
@@ -69,6 +73,8 @@ def _fields(event, m):
                    grps=int(v[16]), cr=v[17], flags=v[18], tail=int(v[19]), broken=int(v[20]))
     elif event == "ext4_mballoc_prealloc":
         rec.update(orig=_ext(v[3:7]), result=_ext(v[7:11]))
+    elif event == "ext4_discard_preallocations":
+        rec.update(len=int(v[3]))
     else:
         rec.update(mode=int(v[3], 8), block=int(v[4]), count=int(v[5]), flags=v[6])
     rec["flagset"] = _flagset(rec.get("flags", ""))
