@@ -69,9 +69,8 @@ static const char *const cr_names[MB_NUM_CRS] = {
 	"CR_POWER2_ALIGNED", "CR_GOAL_LEN_FAST", "CR_BEST_AVAIL_LEN", "CR_GOAL_LEN_SLOW", "CR_ANY_FREE",
 };
 
-/* This thread's name and id, looked up once: a thread keeps both. */
-static _Thread_local char tl_comm[16];
-static _Thread_local int tl_tid;
+/* "task-pid " of this thread's lines, made once: a thread keeps its name and id. */
+static _Thread_local char tl_task[40];
 
 /* The kernel's ar->flags for what this request asked. */
 static unsigned int req_kflags(const struct rr_alloc_req *req)
@@ -109,17 +108,19 @@ static void kflags_text(unsigned int k, char *buf, size_t len)
 static int head(const struct mb_trace *tr, const char *event, char *buf, size_t len)
 {
 	struct timespec ts;
-	int cpu = sched_getcpu();
+	/* The CPU the engine decided for (a replay's is its trace's), so that a replay of this line agrees. */
+	int cpu = mb_cpu();
 
-	if (!tl_tid) {
-		tl_tid = gettid();
-		if (pthread_getname_np(pthread_self(), tl_comm, sizeof(tl_comm)) || !tl_comm[0])
-			snprintf(tl_comm, sizeof(tl_comm), "rrfuse");
+	if (!tl_task[0]) {
+		char comm[16];
+
+		if (pthread_getname_np(pthread_self(), comm, sizeof(comm)) || !comm[0])
+			snprintf(comm, sizeof(comm), "rrfuse");
+		snprintf(tl_task, sizeof(tl_task), "%16s-%-7d", comm, (int)gettid());
 	}
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return snprintf(buf, len, "%16s-%-7d [%03d] ..... %5lu.%06lu: %s: dev %u,%u ", tl_comm, tl_tid,
-			cpu < 0 ? 0 : cpu, (unsigned long)ts.tv_sec, (unsigned long)(ts.tv_nsec / 1000), event,
-			tr->major, tr->minor);
+	return snprintf(buf, len, "%s [%03d] ..... %5lu.%06lu: %s: dev %u,%u ", tl_task, cpu < 0 ? 0 : cpu,
+			(unsigned long)ts.tv_sec, (unsigned long)(ts.tv_nsec / 1000), event, tr->major, tr->minor);
 }
 
 /* The free held back, if any, as its line.  Trace lock held. */

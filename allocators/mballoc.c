@@ -899,9 +899,22 @@ static int pa_use(struct rr_alloc *a, ext2_ino_t ino, uint64_t lblk, uint32_t le
  * share one group PA and sit next to each other.  FUSE worker threads come
  * and go, CPUs do not, so the number of groups stays bounded.
  */
+/* rr_alloc_use_cpu: the CPU a replay's requests were made on, -1 = this thread's own. */
+static _Thread_local int tl_cpu = -1;
+
+void rr_alloc_use_cpu(int cpu)
+{
+	tl_cpu = cpu;
+}
+
+int mb_cpu(void)
+{
+	return tl_cpu >= 0 ? tl_cpu : sched_getcpu();
+}
+
 uint32_t mb_cpu_slot(const struct rr_alloc *a)
 {
-	int cpu = sched_getcpu();
+	int cpu = mb_cpu();
 
 	return cpu > 0 ? (uint32_t)cpu % a->nlg : 0;
 }

@@ -382,6 +382,8 @@ uint64_t mb_block_of(const struct rr_alloc *a, const struct mb_ext *ex);
 int mb_ext_of(const struct rr_alloc *a, uint64_t blk, uint32_t len, struct mb_ext *ex);
 /* Kernel's ac_2order: log2(len) if len is a power of two worth aligning (mb_order2_req), else 0. */
 unsigned int mb_two_order(const struct rr_alloc *a, uint32_t len);
+/* The CPU requests of this thread are made on (rr_alloc_use_cpu, else the one it runs on). */
+int mb_cpu(void);
 /* This CPU's slot among a->nlg (locality groups, per-CPU cursors). */
 uint32_t mb_cpu_slot(const struct rr_alloc *a);
 void mb_log(int prio, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

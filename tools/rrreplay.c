@@ -109,6 +109,7 @@ enum ev_kind { EV_REQUEST, EV_ANSWER, EV_FREE, EV_DISCARD };
 struct ev {
 	enum ev_kind kind;
 	int meta;		/* request: not file data (no HINT_DATA) */
+	int cpu;		/* the CPU the trace names */
 	uint32_t ino, len;
 	uint64_t lblk, goal, lleft, lright, pleft, pright;	/* request; free: goal = block */
 	uint32_t group;		/* answer: the request's own blocks, as ext4trace.placed() */
@@ -171,6 +172,7 @@ static int parse_line(const char *line, const char *dev, struct ev *e)
 	memset(e, 0, sizeof(*e));
 	if (!(s = strstr(line, ": ext4_")))
 		return 0;
+	e->cpu = strchr(line, '[') ? atoi(strchr(line, '[') + 1) : 0;
 	if (dev && !strstr(s, dev))
 		return 0;
 	if (!strncmp(s, ": ext4_request_blocks: ", 23)) {
@@ -429,8 +431,11 @@ static void replay_all(struct replay *r, const struct ev *v, size_t n)
 	size_t i;
 
 	for (i = 0; i < n; i++) {
-		if (v[i].kind == EV_REQUEST)
+		if (v[i].kind == EV_REQUEST) {
+			/* Small files share their CPU's locality group: the trace's CPU, not ours. */
+			rr_alloc_use_cpu(v[i].cpu);
 			do_request(r, &v[i]);
+		}
 		else if (v[i].kind == EV_ANSWER)
 			do_answer(r, &v[i]);
 		else if (v[i].kind == EV_DISCARD)

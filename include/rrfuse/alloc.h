@@ -156,6 +156,12 @@ void rr_alloc_detach(struct rr_alloc *a);
 int rr_alloc_set_trace(struct rr_alloc *a, FILE *f, const char *name, unsigned int major, unsigned int minor);
 void rr_alloc_trace_name(struct rr_alloc *a, char *buf, size_t len);
 /*
+ * This thread's requests run as if made on CPU cpu (its locality group,
+ * its per-CPU cursor), whatever CPU it runs on: a replay gives each request
+ * the CPU its trace names.  -1: the CPU the thread runs on (the default).
+ */
+void rr_alloc_use_cpu(int cpu);
+/*
  * How RR_ALLOC_NOLOCK requests take and drop the fs lock (to load a group).
  * Without it they run as if the caller held the lock (single-threaded use).
  */
