@@ -270,8 +270,8 @@ def test_rrreplay_replays_rrfuse_trace(tmp_path):
     assert int(out["answered"]) == sum(r["event"] in ("ext4_mballoc_alloc", "ext4_mballoc_prealloc")
                                        for r in recs)
     assert int(out["failed"]) == 0 and float(out["requests_per_second"]) > 0, out
-    # How much agrees is not asserted: the daemon's requests depend on its threads' CPUs and
-    # its commits, which the trace carries only in part (3 to 6 of 6 groups, in repeated runs).
+    # How much agrees is not asserted: the daemon's requests depend on its commits and its
+    # writeback, which the trace carries only in part (doc/evidence.md, rrreplay).
     assert 0 <= int(out["same_start"]) <= int(out["answered"]), out
     # The replay's own trace parses as the kernel's, and replays onto itself exactly.
     again = replay(str(tmp_path / "replayed.trace"), start)
