@@ -736,11 +736,16 @@ void rr_alloc_discard_inode(struct rr_alloc *a, ext2_ino_t ino)
 {
 	struct mb_pa *gone = NULL;
 
-	if (!a || !atomic_load(&a->pa_count))
+	if (!a)
 		return;
-	pthread_mutex_lock(ino_lock(a, ino));
-	pa_collect_bucket(a, pa_bucket(a, ino), 0, ino, &gone);
-	pthread_mutex_unlock(ino_lock(a, ino));
+	if (atomic_load(&a->pa_count)) {
+		pthread_mutex_lock(ino_lock(a, ino));
+		pa_collect_bucket(a, pa_bucket(a, ino), 0, ino, &gone);
+		pthread_mutex_unlock(ino_lock(a, ino));
+	}
+	/* Every call, as the kernel's ext4_discard_preallocations traces every call: a replay needs it. */
+	if (MB_TRACING(a))
+		mb_trace_discard(a, ino, gone);
 	pa_release_list(a, gone);
 }
 
@@ -894,9 +899,22 @@ static int pa_use(struct rr_alloc *a, ext2_ino_t ino, uint64_t lblk, uint32_t le
  * share one group PA and sit next to each other.  FUSE worker threads come
  * and go, CPUs do not, so the number of groups stays bounded.
  */
+/* rr_alloc_use_cpu: the CPU a replay's requests were made on, -1 = this thread's own. */
+static _Thread_local int tl_cpu = -1;
+
+void rr_alloc_use_cpu(int cpu)
+{
+	tl_cpu = cpu;
+}
+
+int mb_cpu(void)
+{
+	return tl_cpu >= 0 ? tl_cpu : sched_getcpu();
+}
+
 uint32_t mb_cpu_slot(const struct rr_alloc *a)
 {
-	int cpu = sched_getcpu();
+	int cpu = mb_cpu();
 
 	return cpu > 0 ? (uint32_t)cpu % a->nlg : 0;
 }
@@ -1687,12 +1705,16 @@ static int mb_new_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, uin
 
 	if (file_data && pa_use(a, req->ino, req->lblk, len, out)) {
 		stat_pa_hit(a, req, len, out);
+		if (MB_TRACING(a))
+			mb_trace_prealloc(a, req, len, out);
 		return 0;
 	}
 	small = file_data && group_alloc(a, req, len);
 	exact = file_data && !small && closed_to_end(a, req);
 	if (small && lg_use(a, mb_cpu_slot(a), len, req->goal, out)) {
 		stat_pa_hit(a, req, len, out);
+		if (MB_TRACING(a))
+			mb_trace_prealloc(a, req, len, out);
 		return 0;
 	}
 	do {
@@ -1740,6 +1762,8 @@ static int mb_new_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, uin
 			ret = -EAGAIN;
 		}
 	} while (ret == -EAGAIN);
+	if (!ret && MB_TRACING(a))
+		mb_trace_alloc(a, req, &ac, out, exact);
 	return ret;
 }
 
@@ -1827,6 +1851,8 @@ int rr_alloc_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, struct r
 		if (len > avail)
 			len = avail;
 	}
+	if (MB_TRACING(a))
+		mb_trace_request(a, req, (uint32_t)len);
 	if (!len)
 		return -ENOSPC;
 	tl_nolock = nolock;
@@ -2028,6 +2054,8 @@ void rr_alloc_commit_end(struct rr_alloc *a)
 		atomic_fetch_sub(&f->blocks, e.len);
 		free_range(a, e.pblk, e.len, 1);
 	}
+	if (MB_TRACING(a))
+		mb_trace_flush(a);
 }
 
 void rr_alloc_committing_each(struct rr_alloc *a, void (*fn)(void *arg, uint64_t blk, uint64_t len),
@@ -2176,6 +2204,8 @@ static void free_run(struct rr_alloc *a, uint64_t blk, uint32_t n, int pending)
 
 void rr_free_blocks(struct rr_alloc *a, uint64_t pblk, uint32_t len)
 {
+	if (MB_TRACING(a))
+		mb_trace_free(a, pblk, len);
 	each_pending_run(a, pblk, len, free_run);
 }
 
@@ -2183,10 +2213,13 @@ void rr_free_blocks(struct rr_alloc *a, uint64_t pblk, uint32_t len)
 
 static void apply_range(struct rr_alloc *a, uint64_t blk, uint64_t num, int inuse)
 {
-	if (inuse > 0)
+	if (inuse > 0) {
 		claim_range(a, blk, num);
-	else
+	} else {
+		if (MB_TRACING(a))
+			mb_trace_free(a, blk, num);
 		release_range(a, blk, num);
+	}
 }
 
 /*
@@ -2437,6 +2470,7 @@ int rr_alloc_attach(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr
 	}
 	for (i = 0; i < MB_PA_LOCKS; i++)
 		pthread_mutex_init(&a->pa_locks[i], NULL);
+	pthread_mutex_init(&a->trace.lock, NULL);
 	for (i = 0; i < a->nlg; i++)
 		pthread_mutex_init(&a->lg_locks[i], NULL);
 	/* Only the descriptors: buddies are built on first use. */
@@ -2520,6 +2554,8 @@ void rr_alloc_detach(struct rr_alloc *a)
 		ext2fs_set_block_alloc_stats_range_callback(a->fs, a->old_stats_range, NULL);
 		a->fs->priv_data = a->old_priv;
 	}
+	rr_alloc_set_trace(a, NULL, NULL, 0, 0);
+	pthread_mutex_destroy(&a->trace.lock);
 	/* The running policy and every one a live switch replaced (kept for requests then in flight). */
 	for (run = atomic_load(&a->run); run; run = next) {
 		next = run->retired;

@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "rrfuse/alloc.h"
 
@@ -248,6 +249,22 @@ struct mb_running {
 #define MB_PA_LOCKS 64		/* inode PA hash buckets share this many locks */
 
 /*
+ * -o alloc_trace (mb_trace.c): the file the lines go to, its name (for
+ * rrctl) and the device numbers every line names.  lock: all of them, and
+ * the order of the lines; taken alone, never with another lock held
+ * inside it.
+ */
+struct mb_trace {
+	pthread_mutex_t lock;
+	FILE *f;
+	char name[256];
+	unsigned int major, minor;
+	/* A free not written yet, which the next free may extend: its blocks and its line's head. */
+	uint64_t free_blk, free_len;
+	char free_head[96];
+};
+
+/*
  * The allocator.  Fields without a note are set at attach and read-only
  * after.  Tunables (t) change only under the fs lock, field by field with
  * atomic stores (rr_alloc_set); readers without the fs lock use MB_T().
@@ -330,6 +347,9 @@ struct rr_alloc {
 	/* Set while the engine itself calls libext2fs's stats functions (fs lock held). */
 	int in_engine;
 	struct mb_stats stats;
+	/* trace.f is set: read by every request without a lock, so that tracing off costs a branch. */
+	atomic_int tracing;
+	struct mb_trace trace;
 
 	void *old_priv;
 	errcode_t (*old_get_alloc_block)(ext2_filsys, blk64_t, blk64_t *);
@@ -362,6 +382,8 @@ uint64_t mb_block_of(const struct rr_alloc *a, const struct mb_ext *ex);
 int mb_ext_of(const struct rr_alloc *a, uint64_t blk, uint32_t len, struct mb_ext *ex);
 /* Kernel's ac_2order: log2(len) if len is a power of two worth aligning (mb_order2_req), else 0. */
 unsigned int mb_two_order(const struct rr_alloc *a, uint32_t len);
+/* The CPU requests of this thread are made on (rr_alloc_use_cpu, else the one it runs on). */
+int mb_cpu(void);
 /* This CPU's slot among a->nlg (locality groups, per-CPU cursors). */
 uint32_t mb_cpu_slot(const struct rr_alloc *a);
 void mb_log(int prio, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -377,5 +399,22 @@ void mb_log(int prio, const char *fmt, ...) __attribute__((format(printf, 2, 3))
 int mb_guard_attach(struct rr_alloc *a);
 int mb_guard_where(const struct rr_alloc *a, const struct mb_ext *ex);
 void mb_guard_refuse(struct rr_alloc *a, struct mb_running *run, enum mb_refusal why);
+
+
+/*
+ * mb_trace.c: one line of the kernel's tracefs text per request, search
+ * (ext4_mballoc_alloc), preallocation use and free; call them only when
+ * MB_TRACING(a).  exact: a closed file's last request (no preallocation).
+ */
+#define MB_TRACING(a) __builtin_expect(atomic_load_explicit(&(a)->tracing, memory_order_relaxed), 0)
+void mb_trace_request(struct rr_alloc *a, const struct rr_alloc_req *req, uint32_t len);
+void mb_trace_alloc(struct rr_alloc *a, const struct rr_alloc_req *req, const struct mb_ac *ac,
+		    const struct rr_extent *out, int exact);
+void mb_trace_prealloc(struct rr_alloc *a, const struct rr_alloc_req *req, uint32_t len,
+		       const struct rr_extent *out);
+void mb_trace_free(struct rr_alloc *a, uint64_t blk, uint64_t len);
+/* ext4_discard_preallocations: the inode's preallocations dropped (gone: their list, by inext). */
+void mb_trace_discard(struct rr_alloc *a, ext2_ino_t ino, const struct mb_pa *gone);
+void mb_trace_flush(struct rr_alloc *a);
 
 #endif

@@ -21,6 +21,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/fuse.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,13 +33,14 @@ static const char *mnt;
 
 /*
  * The keys: every line of rrfuse/tunables.def, then the daemon's others
- * (allocators/mb_tunables.c; tests/mount/test_rrctl.py compares the two).
+ * (allocators/mb_tunables.c, and alloc_trace in src/fuse/ctl.c;
+ * tests/mount/test_rrctl.py compares the two).
  */
 static const char *const keys[] = {
 #define MB_TUNABLE(name, kind, max, def) #name,
 #include "rrfuse/tunables.def"
 #undef MB_TUNABLE
-	"max_prealloc_kb", "allocator", "policy_dir",
+	"max_prealloc_kb", "allocator", "policy_dir", "alloc_trace",
 };
 
 /* The keys, comma-separated, wrapped under KEY's text (column 17 to 80). */
@@ -152,6 +154,17 @@ static int set_tunable(int fd, const char *arg)
 	}
 	memcpy(t.name, arg, n);
 	strcpy(t.value, eq + 1);
+	/* The daemon opens the file from its own working directory, "/" once in the background. */
+	if (!strcmp(t.name, "alloc_trace") && eq[1] && eq[1] != '/') {
+		char cwd[PATH_MAX];
+
+		if (!getcwd(cwd, sizeof(cwd)) ||
+		    (size_t)snprintf(t.value, sizeof(t.value), "%s/%s", cwd, eq + 1) >= sizeof(t.value)) {
+			fprintf(stderr, "rrctl: bad value for alloc_trace=: its absolute path is too long "
+				"(%zu bytes at most)\n", sizeof(t.value) - 1);
+			return -1;
+		}
+	}
 	if (ctl(fd, RRCTL_SET, &t, "allocator tunables"))
 		return -1;
 	if (t.result) {

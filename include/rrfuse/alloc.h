@@ -26,6 +26,7 @@
 
 #include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <ext2fs/ext2fs.h>
 
 /* Request flags. */
@@ -141,6 +142,25 @@ rr_alloc_log_fn rr_alloc_set_log(rr_alloc_log_fn fn);
  */
 int rr_alloc_attach(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr_alloc **out);
 void rr_alloc_detach(struct rr_alloc *a);
+/*
+ * -o alloc_trace: from now on every request, search, preallocation use
+ * and free is a line in f, in the text the kernel's tracefs prints for
+ * ext4_request_blocks, ext4_mballoc_alloc, ext4_mballoc_prealloc and
+ * ext4_free_blocks (allocators/mb_trace.c: which fields rrfuse fills and
+ * how), naming device major,minor.  f belongs to the allocator from here:
+ * it is closed at the next call or at detach.  f NULL stops tracing.
+ * name is what rr_alloc_trace_name reports ("" when off).  Returns 0, or
+ * -errno when the file replaced lost lines (the log says so too).  Any
+ * lock or none.
+ */
+int rr_alloc_set_trace(struct rr_alloc *a, FILE *f, const char *name, unsigned int major, unsigned int minor);
+void rr_alloc_trace_name(struct rr_alloc *a, char *buf, size_t len);
+/*
+ * This thread's requests run as if made on CPU cpu (its locality group,
+ * its per-CPU cursor), whatever CPU it runs on: a replay gives each request
+ * the CPU its trace names.  -1: the CPU the thread runs on (the default).
+ */
+void rr_alloc_use_cpu(int cpu);
 /*
  * How RR_ALLOC_NOLOCK requests take and drop the fs lock (to load a group).
  * Without it they run as if the caller held the lock (single-threaded use).

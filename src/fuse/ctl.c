@@ -15,7 +15,12 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
+
+/* rrctl's key for the allocation trace: the daemon opens its file, not the allocator. */
+#define CTL_TRACE_KEY "alloc_trace"
 
 /* The I/O stack's counters: the device's, the cache's (when there is one). */
 static void ctl_io_stats(struct rr_fs *rfs, struct rrctl_stats *s)
@@ -76,6 +81,58 @@ static int terminated(const char *s, size_t len)
 	return memchr(s, 0, len) != NULL;
 }
 
+/* The image's device numbers for the trace's lines (one mount per daemon). */
+static dev_t trace_dev;
+
+void rr_ctl_trace_dev(const char *device)
+{
+	struct stat st;
+
+	if (!stat(device, &st))
+		trace_dev = S_ISBLK(st.st_mode) ? st.st_rdev : st.st_dev;
+}
+
+int rr_ctl_alloc_trace(struct rr_fs *rfs, FILE *f, const char *name)
+{
+	return rr_alloc_set_trace(rfs->alloc, f, name, major(trace_dev), minor(trace_dev));
+}
+
+/* alloc_trace: its file's name ("" when off); set, a new file (an absolute path) or "" to stop. */
+static int ctl_trace(struct rr_fs *rfs, unsigned int cmd, struct rrctl_tunable *t)
+{
+	FILE *f = NULL;
+
+	if (cmd != RRCTL_SET) {
+		snprintf(t->name, sizeof(t->name), "%s", CTL_TRACE_KEY);
+		rr_alloc_trace_name(rfs->alloc, t->value, sizeof(t->value));
+		return 0;
+	}
+	if (t->value[0] && t->value[0] != '/') {
+		snprintf(t->err, sizeof(t->err), "bad value for %s=: '%.60s' (an absolute path; empty stops)",
+			 CTL_TRACE_KEY, t->value);
+		return -EINVAL;
+	}
+	if (t->value[0] && !(f = fopen(t->value, "we"))) {
+		snprintf(t->err, sizeof(t->err), "%s=%.60s: %.50s", CTL_TRACE_KEY, t->value, strerror(errno));
+		return -EINVAL;
+	}
+	rr_ctl_alloc_trace(rfs, f, t->value);
+	return 0;
+}
+
+/* The index'th key of rrctl's listing: the allocator's, then alloc_trace; NULL past the last. */
+static const char *ctl_key(unsigned int index)
+{
+	const char *name = rr_alloc_tunable_name(index);
+	unsigned int n;
+
+	if (name)
+		return name;
+	for (n = 0; rr_alloc_tunable_name(n); n++)
+		;
+	return index == n ? CTL_TRACE_KEY : NULL;
+}
+
 /* GET and SET: name and value are the caller's text, checked before use. */
 static int ctl_tunable(struct rr_fs *rfs, unsigned int cmd, uid_t uid, struct rrctl_tunable *t)
 {
@@ -89,11 +146,14 @@ static int ctl_tunable(struct rr_fs *rfs, unsigned int cmd, uid_t uid, struct rr
 	memset(t->err, 0, sizeof(t->err));
 	t->result = 0;
 	rr_fs_lock(rfs);
-	if (cmd == RRCTL_SET) {
+	name = t->name[0] ? t->name : ctl_key(t->index);
+	if (name && !strcmp(name, CTL_TRACE_KEY)) {
+		ret = ctl_trace(rfs, cmd, t);
+	} else if (cmd == RRCTL_SET) {
 		ret = rr_alloc_set(rfs->alloc, t->name, t->value, t->err, sizeof(t->err));
 	} else if (t->name[0]) {
 		ret = rr_alloc_get(rfs->alloc, t->name, t->value, sizeof(t->value), t->err, sizeof(t->err));
-	} else if ((name = rr_alloc_tunable_name(t->index))) {
+	} else if (name) {
 		snprintf(t->name, sizeof(t->name), "%s", name);
 		ret = rr_alloc_get(rfs->alloc, name, t->value, sizeof(t->value), t->err, sizeof(t->err));
 	} else {

@@ -4,6 +4,7 @@
 #define RRFUSE_CTL_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #include "rrfuse/rrctl_wire.h"
@@ -31,5 +32,17 @@ int rr_ctl_is_cmd(unsigned int cmd);
  */
 int rr_ctl(struct rr_fs *rfs, unsigned int cmd, uid_t uid, const void *in, size_t in_size,
 	   size_t out_size, union rr_ctl_buf *buf, size_t *len);
+
+/*
+ * -o alloc_trace and rrctl's alloc_trace=: hand f (named name, an absolute
+ * path) to the allocator as its trace; f NULL stops the trace.  The
+ * allocator closes f.  0 or -errno.  Fs lock held, or no request running
+ * yet.  Every line names the device numbers rr_ctl_trace_dev was given
+ * for the image (main, before the daemon leaves its working directory):
+ * a block device's own, what the kernel's ext4 on it would print, else
+ * those of the filesystem that holds the image file.
+ */
+int rr_ctl_alloc_trace(struct rr_fs *rfs, FILE *f, const char *name);
+void rr_ctl_trace_dev(const char *device);
 
 #endif

@@ -6,6 +6,7 @@
  */
 #include "ops.h"
 #include "channel.h"
+#include "ctl.h"
 #include <et/com_err.h>
 #include <ext2fs/ext2_err.h>
 #include "log.h"
@@ -188,6 +189,23 @@ static int options_to_opts(const struct rr_cmdline *c, const struct fuse_cmdline
 	return 0;
 }
 
+/*
+ * -o alloc_trace=FILE: opened before the image (a bad path is refused
+ * before anything is written) and before the daemon leaves its working
+ * directory; *name its absolute path, for rrctl.  0, or -1 after saying why.
+ */
+static int alloc_trace_open(const char *path, FILE **f, char *name)
+{
+	*f = fopen(path, "we");
+	if (!*f) {
+		fprintf(stderr, "rrfuse: alloc_trace=%s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	if (!realpath(path, name))
+		snprintf(name, PATH_MAX, "%s", path);
+	return 0;
+}
+
 /* What the kernel's mount gets from rrfuse: permissions checked by the kernel, the image's name, fuseblk. */
 static void add_mount_args(struct fuse_args *args, const char *device, int blkdev, unsigned int bsize)
 {
@@ -290,7 +308,8 @@ int main(int argc, char *argv[])
 	struct rr_opts opts = { .commit_secs = 5, .writeback = 1 };
 	struct rr_fs *rfs = NULL;
 	struct stat st;
-	char msg[512] = "";
+	FILE *alloc_trace = NULL;
+	char msg[512] = "", alloc_trace_name[PATH_MAX];
 	int ret = 1, r, blkdev;
 
 	/* rrfuse -u MNT, and umount(8)'s helper: nothing of the mount code below. */
@@ -341,6 +360,9 @@ int main(int argc, char *argv[])
 			goto out;
 		}
 	}
+	if (c.alloc_trace && alloc_trace_open(c.alloc_trace, &alloc_trace, alloc_trace_name))
+		goto out;
+	rr_ctl_trace_dev(c.device);
 	rfs = calloc(1, sizeof(*rfs));
 	if (!rfs)
 		goto out;
@@ -360,6 +382,12 @@ int main(int argc, char *argv[])
 	}
 	if (rfs->ro && !c.ro)
 		fuse_opt_add_arg(&args, "-oro");
+	/* Read-only: no allocator, nothing to trace (the file stays empty). */
+	if (alloc_trace && rfs->alloc)
+		rr_ctl_alloc_trace(rfs, alloc_trace, alloc_trace_name);
+	else if (alloc_trace)
+		fclose(alloc_trace);
+	alloc_trace = NULL;
 	if (!rr_iget(rfs, EXT2_ROOT_INO)) {
 		fprintf(stderr, "rrfuse: cannot read the root directory\n");
 		goto out_fs;
@@ -377,6 +405,8 @@ out_fs:
 	free(rfs->utab);
 	free(rfs);
 out:
+	if (alloc_trace)
+		fclose(alloc_trace);
 	r = trace_close();
 	if (r) {
 		rr_log(LOG_ERR, "trace=%s: %s", c.trace, strerror(-r));

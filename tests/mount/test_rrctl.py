@@ -35,6 +35,7 @@ DEFAULTS = {
     "mb_best_avail_max_trim_order": "3", "mb_stats": "0", "rr_writeback_whole": "1",
     "rr_best_fit": "0",          # 1 only under delalloc=hold
     "allocator": "regular",
+    "alloc_trace": "",           # no trace unless -o alloc_trace=FILE
 }
 
 # The ioctls (include/rrfuse/rrctl_wire.h), built here independently of rrctl.
@@ -101,7 +102,8 @@ def kernels_linear_groups(near):
 def values(mnt):
     out = rrctl(mnt).stdout
     lines = out.splitlines()
-    assert all(re.fullmatch(r"[a-z0-9_]+ = \S+", l) for l in lines), out
+    # Every value is one word; alloc_trace's is empty while no trace runs.
+    assert all(re.fullmatch(r"[a-z0-9_]+ = \S+", l) or l == "alloc_trace = " for l in lines), out
     return dict(l.split(" = ") for l in lines)
 
 
@@ -117,7 +119,7 @@ def test_list_get_set_every_tunable(fs):
            "mb_max_to_scan": "100", "mb_order2_req": "3", "mb_max_linear_groups": "4",
            "mb_optimize_scan": "1", "mb_best_avail_max_trim_order": "2", "mb_stats": "1",
            "mb_max_prealloc_kb": "32768", "rr_writeback_whole": "0", "rr_best_fit": "1", "allocator": "regular",
-           "policy_dir": "/tmp"}
+           "policy_dir": "/tmp", "alloc_trace": ""}
     for k, v in new.items():
         assert rrctl(fs.mnt, "%s=%s" % (k, v)).stdout == "%s = %s\n" % (k, v)
         assert rrctl(fs.mnt, k).stdout == "%s = %s\n" % (k, v)

@@ -1,0 +1,509 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rrreplay: an allocation trace (the kernel's ext4 tracepoints as tracefs
+ * prints them, or rrfuse's -o alloc_trace, which prints the same) replayed
+ * through the allocator engine and a policy of choice, without FUSE.
+ *
+ *   rrreplay [-o allocator=NAME,max_prealloc_kb=KB,...] [-t OUT] [-d M,N] TRACE IMAGE
+ *
+ * The image is the starting point (the one the trace began on, or a fresh
+ * mke2fs of the same geometry); it is opened read-only and never written:
+ * the replay lives in memory.  Each ext4_request_blocks is asked again, its
+ * answer compared with the trace's own (the ext4_mballoc_alloc or
+ * ext4_mballoc_prealloc line of the same inode that follows it); each
+ * ext4_free_blocks frees what the replay gave for those blocks.
+ *
+ * Block numbers in the trace are the trace's placements; the replay places
+ * elsewhere once it disagrees.  So trace blocks are translated: a map from
+ * each block the trace handed out to the replay's block for the same file
+ * and logical block carries goals, neighbours (pleft, pright) and frees
+ * over.  A trace block the map does not know was in use before the trace
+ * began, and is the same block in the replay (it is freed only if the
+ * replay has not given it to something else).  A request the replay
+ * answers shorter than the trace did is asked again for the rest, one
+ * answered longer gives the excess back, so that both sides hold the same
+ * logical blocks afterwards.  ext4_discard_preallocations drops the
+ * file's preallocations, as at its last close (enable that event too when
+ * capturing the kernel's).  Not in the trace, so not replayed: i_size
+ * (taken as the end of the file's furthest request), delayed-allocation
+ * reservations, and commits (frees are free at once).
+ */
+#include "rrfuse/alloc.h"
+#include "tool.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define NO_VAL UINT64_MAX
+
+/* Open-addressed map of uint64 keys (stored + 1, 0 = empty); a value NO_VAL is a deleted key. */
+struct umap {
+	uint64_t *k, *v;
+	size_t cap, n;
+};
+
+static int umap_grow(struct umap *m);
+
+static size_t umap_slot(const struct umap *m, uint64_t key)
+{
+	size_t i = (size_t)((key + 1) * 0x9E3779B97F4A7C15ull) & (m->cap - 1);
+
+	while (m->k[i] && m->k[i] != key + 1)
+		i = (i + 1) & (m->cap - 1);
+	return i;
+}
+
+static int umap_put(struct umap *m, uint64_t key, uint64_t val)
+{
+	size_t i;
+
+	if ((m->n + 1) * 2 > m->cap && umap_grow(m))
+		return -1;
+	i = umap_slot(m, key);
+	if (!m->k[i]) {
+		m->k[i] = key + 1;
+		m->n++;
+	}
+	m->v[i] = val;
+	return 0;
+}
+
+static uint64_t umap_get(const struct umap *m, uint64_t key)
+{
+	size_t i;
+
+	if (!m->cap)
+		return NO_VAL;
+	i = umap_slot(m, key);
+	return m->k[i] ? m->v[i] : NO_VAL;
+}
+
+static int umap_grow(struct umap *m)
+{
+	struct umap g = { .cap = m->cap ? m->cap * 2 : 1024 };
+	size_t i;
+
+	g.k = calloc(g.cap, sizeof(*g.k));
+	g.v = calloc(g.cap, sizeof(*g.v));
+	if (!g.k || !g.v) {
+		free(g.k);
+		free(g.v);
+		return -1;
+	}
+	for (i = 0; i < m->cap; i++)
+		if (m->k[i] && m->v[i] != NO_VAL)
+			umap_put(&g, m->k[i] - 1, m->v[i]);
+	free(m->k);
+	free(m->v);
+	*m = g;
+	return 0;
+}
+
+/* One event of the trace, as the replay needs it. */
+enum ev_kind { EV_REQUEST, EV_ANSWER, EV_FREE, EV_DISCARD };
+
+struct ev {
+	enum ev_kind kind;
+	int meta;		/* request: not file data (no HINT_DATA) */
+	int cpu;		/* the CPU the trace names */
+	uint32_t ino, len;
+	uint64_t lblk, goal, lleft, lright, pleft, pright;	/* request; free: goal = block */
+	uint32_t group;		/* answer: the request's own blocks, as ext4trace.placed() */
+	int32_t start;
+};
+
+struct replay {
+	struct rr_alloc *a;
+	ext2_filsys fs;
+	uint32_t first, bpg, bsize;
+	struct umap fwd, rev, isize;	/* trace block -> replay block; the reverse; ino -> end */
+	struct {
+		uint32_t ino, len;
+		uint64_t lblk;
+		struct rr_extent got;
+	} pend[64];		/* requests waiting for the trace's answer */
+	unsigned int npend;
+	uint64_t reqs, answered, same_start, same_group, same_len, failed;
+};
+
+/* The number after " key " in a line, or 0. */
+static uint64_t num_after(const char *s, const char *key)
+{
+	const char *p = strstr(s, key);
+
+	return p ? strtoull(p + strlen(key), NULL, 10) : 0;
+}
+
+/* The request's own part of an answer line's result: ext4trace.placed() in C. */
+static int parse_answer(const char *s, int prealloc, struct ev *e)
+{
+	unsigned int og, ol, olb, rg, rl, rlb;
+	int os, rs;
+	const char *o = strstr(s, " orig "), *r = strstr(s, " result ");
+	uint64_t lo, hi;
+
+	if (!o || !r || sscanf(o, " orig %u/%d/%u@%u", &og, &os, &ol, &olb) != 4 ||
+	    sscanf(r, " result %u/%d/%u@%u", &rg, &rs, &rl, &rlb) != 4)
+		return -1;
+	e->kind = EV_ANSWER;
+	e->ino = (uint32_t)num_after(s, " inode ");
+	e->group = rg;
+	if (prealloc || strstr(s, "HINT_GRP_ALLOC")) {
+		e->start = rs;
+		e->len = ol < rl ? ol : rl;
+		return 0;
+	}
+	lo = olb > rlb ? olb : rlb;
+	hi = (uint64_t)olb + ol < (uint64_t)rlb + rl ? (uint64_t)olb + ol : (uint64_t)rlb + rl;
+	e->start = rs + (int32_t)(lo - rlb);
+	e->len = hi > lo ? (uint32_t)(hi - lo) : 0;
+	return 0;
+}
+
+/* One line: 1 with *e filled, 0 for a line of no interest, -1 for a malformed one. */
+static int parse_line(const char *line, const char *dev, struct ev *e)
+{
+	const char *s;
+
+	memset(e, 0, sizeof(*e));
+	if (!(s = strstr(line, ": ext4_")))
+		return 0;
+	e->cpu = strchr(line, '[') ? atoi(strchr(line, '[') + 1) : 0;
+	if (dev && !strstr(s, dev))
+		return 0;
+	if (!strncmp(s, ": ext4_request_blocks: ", 23)) {
+		e->kind = EV_REQUEST;
+		e->meta = !strstr(s, "HINT_DATA");
+		e->ino = (uint32_t)num_after(s, " ino ");
+		e->len = (uint32_t)num_after(s, " len ");
+		e->lblk = num_after(s, " lblk ");
+		e->goal = num_after(s, " goal ");
+		e->lleft = num_after(s, " lleft ");
+		e->lright = num_after(s, " lright ");
+		e->pleft = num_after(s, " pleft ");
+		e->pright = num_after(s, " pright ");
+		return e->len ? 1 : -1;
+	}
+	if (!strncmp(s, ": ext4_mballoc_alloc: ", 22) || !strncmp(s, ": ext4_mballoc_prealloc: ", 25))
+		return parse_answer(s, s[14] == 'p', e) ? -1 : 1;
+	if (!strncmp(s, ": ext4_discard_preallocations: ", 31)) {
+		e->kind = EV_DISCARD;
+		e->ino = (uint32_t)num_after(s, " ino ");
+		return 1;
+	}
+	if (!strncmp(s, ": ext4_free_blocks: ", 20)) {
+		e->kind = EV_FREE;
+		e->goal = num_after(s, " block ");
+		e->len = (uint32_t)num_after(s, " count ");
+		return 1;
+	}
+	return 0;
+}
+
+/* A trace block as the replay's: mapped, or (from before the trace) itself. */
+static uint64_t xlate(struct replay *r, uint64_t blk)
+{
+	uint64_t v = blk ? umap_get(&r->fwd, blk) : NO_VAL;
+
+	return v == NO_VAL ? blk : v;
+}
+
+/* Goal: the block after the replay's pleft when the trace's goal followed its pleft. */
+static uint64_t xlate_goal(struct replay *r, const struct ev *e)
+{
+	uint64_t prev = e->goal ? umap_get(&r->fwd, e->goal - 1) : NO_VAL;
+
+	if (prev != NO_VAL)
+		return prev + 1;
+	return xlate(r, e->goal);
+}
+
+static int do_request(struct replay *r, const struct ev *e)
+{
+	uint64_t end = e->lblk + e->len, seen = umap_get(&r->isize, e->ino);
+	struct rr_alloc_req req = {
+		.ino = e->ino, .lblk = e->lblk, .len = e->len, .goal = xlate_goal(r, e),
+		.flags = e->meta ? RR_ALLOC_METADATA : RR_ALLOC_DATA | RR_ALLOC_USE_ROOT_RESV,
+		.nbr = { .lleft = e->lleft, .pleft = xlate(r, e->pleft), .lright = e->lright,
+			 .pright = xlate(r, e->pright) },
+	};
+	unsigned int i = r->npend < 64 ? r->npend++ : 63;
+
+	if (seen == NO_VAL || seen < end)
+		umap_put(&r->isize, e->ino, seen = end);
+	req.isize = seen * r->bsize;
+	r->reqs++;
+	r->pend[i].ino = e->ino;
+	r->pend[i].lblk = e->lblk;
+	r->pend[i].len = e->len;
+	if (rr_alloc_blocks(r->a, &req, &r->pend[i].got)) {
+		r->pend[i].got.len = 0;
+		r->failed++;
+	}
+	return 0;
+}
+
+/* Trace blocks [tblk, tblk + n) are the replay's [rblk, rblk + n). */
+static void map_blocks(struct replay *r, uint64_t tblk, uint64_t rblk, uint32_t n)
+{
+	uint32_t k;
+
+	for (k = 0; k < n; k++) {
+		umap_put(&r->fwd, tblk + k, rblk + k);
+		umap_put(&r->rev, rblk + k, tblk + k);
+	}
+}
+
+/*
+ * The trace's answer to a waiting request of the same inode: compared with
+ * the replay's, then the two sides made to hold the same logical blocks
+ * (the replay asked again for what it lacks, its excess given back).
+ */
+static void do_answer(struct replay *r, const struct ev *e)
+{
+	uint64_t tblk = r->first + (uint64_t)e->group * r->bpg + (uint64_t)(int64_t)e->start;
+	struct rr_extent got;
+	uint32_t done = 0;
+	unsigned int i;
+
+	for (i = 0; i < r->npend && r->pend[i].ino != e->ino; i++)
+		;
+	if (i == r->npend || !e->len)
+		return;
+	got = r->pend[i].got;
+	r->answered++;
+	r->same_start += got.len && got.pblk == tblk;
+	r->same_group += got.len && (got.pblk - r->first) / r->bpg == e->group;
+	r->same_len += got.len == e->len;
+	while (got.len && done < e->len) {
+		uint32_t n = got.len < e->len - done ? got.len : e->len - done;
+		struct rr_alloc_req req = { .ino = e->ino, .lblk = r->pend[i].lblk + done + n,
+					    .flags = RR_ALLOC_DATA | RR_ALLOC_USE_ROOT_RESV };
+
+		map_blocks(r, tblk + done, got.pblk, n);
+		if (n < got.len)
+			rr_free_blocks(r->a, got.pblk + n, got.len - n);
+		done += n;
+		req.len = e->len - done;
+		req.goal = got.pblk + n;
+		req.isize = umap_get(&r->isize, e->ino) * r->bsize;
+		if (!req.len || rr_alloc_blocks(r->a, &req, &got))
+			break;
+	}
+	memmove(&r->pend[i], &r->pend[i + 1], (r->npend - i - 1) * sizeof(r->pend[0]));
+	r->npend--;
+}
+
+/* Free the replay's blocks for trace blocks [blk, blk + n), a run of consecutive ones at a time. */
+static void do_free(struct replay *r, uint64_t blk, uint64_t n)
+{
+	uint64_t run = 0, len = 0, k;
+
+	for (k = 0; k < n; k++) {
+		uint64_t t = blk + k, v = umap_get(&r->fwd, t);
+
+		if (v != NO_VAL) {
+			umap_put(&r->fwd, t, NO_VAL);
+			umap_put(&r->rev, v, NO_VAL);
+		} else if (umap_get(&r->rev, t) == NO_VAL && t < ext2fs_blocks_count(r->fs->super) &&
+			   ext2fs_test_block_bitmap2(r->fs->block_map, t)) {
+			v = t;		/* from before the trace: the same block here */
+		} else {
+			continue;
+		}
+		if (len && v == run + len) {
+			len++;
+			continue;
+		}
+		if (len)
+			rr_free_blocks(r->a, run, (uint32_t)len);
+		run = v;
+		len = 1;
+	}
+	if (len)
+		rr_free_blocks(r->a, run, (uint32_t)len);
+}
+
+/* The trace's events, in order; *n of them.  NULL after a message. */
+static struct ev *load(const char *path, const char *dev, size_t *n)
+{
+	FILE *f = fopen(path, "re");
+	struct ev *v = NULL, e;
+	size_t cap = 0, lineno = 0;
+	char line[1024];
+	int ret;
+
+	if (!f) {
+		fprintf(stderr, "rrreplay: %s: %s\n", path, strerror(errno));
+		return NULL;
+	}
+	*n = 0;
+	while (fgets(line, sizeof(line), f)) {
+		lineno++;
+		ret = parse_line(line, dev, &e);
+		if (ret < 0)
+			fprintf(stderr, "rrreplay: %s:%zu: not a line of the kernel's format, skipped\n", path, lineno);
+		if (ret <= 0)
+			continue;
+		if (*n == cap) {
+			struct ev *w = realloc(v, (cap = cap ? cap * 2 : 4096) * sizeof(*v));
+
+			if (!w) {
+				free(v);
+				fclose(f);
+				fprintf(stderr, "rrreplay: out of memory\n");
+				return NULL;
+			}
+			v = w;
+		}
+		v[(*n)++] = e;
+	}
+	fclose(f);
+	return v;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: rrreplay [-o OPTION[,OPTION...]] [-t OUT] [-d MAJOR,MINOR] TRACE IMAGE\n\n"
+		   "Replay an ext4 allocation trace (the kernel's tracefs text of ext4_request_blocks,\n"
+		   "ext4_mballoc_alloc, ext4_mballoc_prealloc and ext4_free_blocks, or rrfuse's\n"
+		   "-o alloc_trace) through rrfuse's allocator, starting from IMAGE (read, never\n"
+		   "written), and print how many requests were placed as the trace placed them.\n\n"
+		   "    -o OPTIONS   allocator tunables as rrfuse's mount options: allocator=NAME\n"
+		   "                 (regular, rralloc, firstfit, a NAME.so or a path to one),\n"
+		   "                 max_prealloc_kb=KB, mb_stream_req=N, ...\n"
+		   "    -t OUT       write the replay's own trace to OUT (the same format)\n"
+		   "    -d M,N       only the lines of device M,N\n"
+		   "    -h, --help   this help\n"
+		   "    -V, --version\n");
+}
+
+/* -o's comma-separated NAME=VALUE list into t: 0, or -1 after saying which is refused. */
+static int set_options(struct rr_alloc_tunables *t, char *opts)
+{
+	char err[256], *save = NULL, *o;
+
+	for (o = strtok_r(opts, ",", &save); o; o = strtok_r(NULL, ",", &save)) {
+		char *eq = strchr(o, '=');
+
+		if (eq)
+			*eq = 0;
+		if (!strcmp(o, "rralloc") && !eq) {
+			o = "allocator";
+			eq = "=rralloc";
+		}
+		if (rr_alloc_tunable_set(t, o, eq ? eq + 1 : "", err, sizeof(err))) {
+			fprintf(stderr, "rrreplay: %s\n", err);
+			return -1;
+		}
+	}
+	return rr_alloc_policy_check(t, err, sizeof(err)) ? fprintf(stderr, "rrreplay: %s\n", err), -1 : 0;
+}
+
+static int open_image(const char *path, const struct rr_alloc_tunables *t, struct replay *r)
+{
+	errcode_t err = ext2fs_open(path, EXT2_FLAG_64BITS, 0, 0, unix_io_manager, &r->fs);
+	int ret;
+
+	if (!err)
+		err = ext2fs_read_bitmaps(r->fs);
+	if (err) {
+		fprintf(stderr, "rrreplay: %s: cannot open the image (libext2fs error %ld)\n", path, (long)err);
+		return -1;
+	}
+	ret = rr_alloc_attach(r->fs, t, &r->a);
+	if (ret) {
+		fprintf(stderr, "rrreplay: %s: the allocator refused the image: %s\n", path, strerror(-ret));
+		return -1;
+	}
+	r->first = r->fs->super->s_first_data_block;
+	r->bpg = r->fs->super->s_blocks_per_group;
+	r->bsize = r->fs->blocksize;
+	return 0;
+}
+
+static void replay_all(struct replay *r, const struct ev *v, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		if (v[i].kind == EV_REQUEST) {
+			/* Small files share their CPU's locality group: the trace's CPU, not ours. */
+			rr_alloc_use_cpu(v[i].cpu);
+			do_request(r, &v[i]);
+		}
+		else if (v[i].kind == EV_ANSWER)
+			do_answer(r, &v[i]);
+		else if (v[i].kind == EV_DISCARD)
+			rr_alloc_discard_inode(r->a, v[i].ino);
+		else
+			do_free(r, v[i].goal, v[i].len);
+	}
+}
+
+static double pct(uint64_t x, uint64_t of)
+{
+	return of ? 100.0 * (double)x / (double)of : 0.0;
+}
+
+int main(int argc, char *argv[])
+{
+	static const struct option longopts[] = { TOOL_OPTIONS_END };
+	struct rr_alloc_tunables t;
+	struct replay r = { 0 };
+	const char *out = NULL;
+	char dev[32] = "", *opts = NULL;
+	struct timespec t0, t1;
+	struct ev *v;
+	size_t n;
+	double secs;
+	int c;
+
+	rr_alloc_tunables_default(&t);
+	while ((c = getopt_long(argc, argv, "o:t:d:hV", longopts, NULL)) != -1) {
+		if (c == 'o')
+			opts = optarg;
+		else if (c == 't')
+			out = optarg;
+		else if (c == 'd')
+			snprintf(dev, sizeof(dev), "dev %s ", optarg);
+		else
+			return tool_answer(c, "rrreplay", usage);
+	}
+	if (argc - optind != 2) {
+		usage(stderr);
+		return 2;
+	}
+	if ((opts && set_options(&t, opts)) || open_image(argv[optind + 1], &t, &r))
+		return 1;
+	v = load(argv[optind], dev[0] ? dev : NULL, &n);
+	if (!v)
+		return 1;
+	if (out) {
+		FILE *f = fopen(out, "we");
+
+		if (!f) {
+			fprintf(stderr, "rrreplay: %s: %s\n", out, strerror(errno));
+			return 1;
+		}
+		rr_alloc_set_trace(r.a, f, out, 0, 0);
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	replay_all(&r, v, n);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	printf("policy %s\nrequests %llu\nanswered %llu\nfailed %llu\n", t.policy, (unsigned long long)r.reqs,
+	       (unsigned long long)r.answered, (unsigned long long)r.failed);
+	printf("same_start %llu %.1f%%\nsame_group %llu %.1f%%\nsame_len %llu %.1f%%\n",
+	       (unsigned long long)r.same_start, pct(r.same_start, r.answered), (unsigned long long)r.same_group,
+	       pct(r.same_group, r.answered), (unsigned long long)r.same_len, pct(r.same_len, r.answered));
+	printf("seconds %.6f\nrequests_per_second %.0f\n", secs, secs > 0 ? (double)r.reqs / secs : 0.0);
+	rr_alloc_detach(r.a);
+	ext2fs_close_free(&r.fs);
+	free(v);
+	return 0;
+}
