@@ -206,9 +206,12 @@ void rr_write(fuse_req_t req, fuse_ino_t fino, const char *buf, size_t size, off
 		n = -EPERM;	/* made immutable after it was opened for writing */
 	if (!n && chan_req_kills_suidgid())
 		n = ops_drop_suidgid(req, fino);
-	if (!n)
+	if (!n) {
+		io_data_direct(!fi->writepage);
 		n = data_write(rfs, ri, buf, size, (uint64_t)off, fh_privileged(fi),
 			       fi->writepage && rfs->opts.delalloc, &short_err);
+		io_data_direct(0);
+	}
 	/*
 	 * Writeback of cached pages ignores a short count: the rest would be
 	 * lost without a word.  Only an error reaches fsync() and close().

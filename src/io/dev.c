@@ -44,8 +44,9 @@ struct io_dev {
 	atomic_uint_fast64_t data_runs;		/* syscalls that wrote the data_writes */
 	atomic_uint_fast64_t wb_starts;		/* writebacks started (wb_start) */
 	/*
-	 * Write-behind on the buffered descriptor: a data write that continues
-	 * the run waiting here joins it, and the run goes out in one pwrite
+	 * Write-behind on the buffered descriptor: a data write shorter than
+	 * PEND_COPY_MAX that continues the run waiting here joins it (a longer
+	 * one goes out at once), and the run goes out in one pwrite
 	 * when it is full or broken, before a read or trim that overlaps it,
 	 * and before every metadata write, flush and close (pend_out), so the
 	 * device sees the calls' bytes in their order where it shows.  Small files written
@@ -69,6 +70,8 @@ struct io_dev {
 };
 
 #define PEND_SIZE (256u << 10)
+/* Data writes this long do not wait in the run (pend_write). */
+#define PEND_COPY_MAX (64u << 10)
 /*
  * Buffered data this large starts going to the device at once, as the
  * kernel's writeback would start a file's dirty pages: a flush (a commit,
@@ -289,6 +292,14 @@ static int io_flush(int fd)
 	return fdatasync(fd) ? -errno : 0;
 }
 
+/* Set by io_data_direct: this thread's data writes serve an application's direct write. */
+static __thread int data_direct;
+
+void io_data_direct(int on)
+{
+	data_direct = on;
+}
+
 /* One system call of file data on the buffered descriptor: counted, and owed to wb_start. */
 static int data_pwritev(struct io_dev *priv, struct iovec *iov, int iovcnt, uint64_t off, size_t len)
 {
@@ -333,17 +344,37 @@ static void pend_out(struct io_dev *priv, uint64_t off, uint64_t len)
 	pthread_mutex_unlock(&priv->pend_lock);
 }
 
-/* A buffered data write: joins the waiting run, or starts one (or, too big, goes out now). */
+/*
+ * A buffered data write: joins the waiting run, or starts one.  One of
+ * PEND_COPY_MAX or more goes out at once from the caller's buffer, outside
+ * pend_lock (a waiting run it overlaps first): the run would save it no
+ * system call worth the copy (an O_DIRECT stream's 128 KiB WRITE: a
+ * 128 KiB memcpy each), and writers of different files would queue on the
+ * lock for each other's copies and pwrites (issue 39).  One that serves an
+ * application's direct write (io_data_direct) is not owed to wb_start:
+ * the writer waits for each WRITE's reply, and with the image's writeback
+ * running beside its pwrites (the host writing back the same file, the
+ * starter waiting for the device's queue) seed 002's two O_DIRECT streams
+ * wrote at half d394f4e's speed.  Its pages go out with the flush that
+ * asks for them, or by the host's own writeback.
+ */
 static int pend_write(struct io_dev *priv, struct iovec *iov, int iovcnt, uint64_t off, size_t len)
 {
 	int i, ret = 0;
 
+	if (len >= PEND_COPY_MAX) {
+		pend_out(priv, off, len);
+		if (!data_direct)
+			return data_pwritev(priv, iov, iovcnt, off, len);
+		tally(&priv->data_runs);
+		return io_pwritev_all(priv->fd, iov, iovcnt, off);
+	}
 	pthread_mutex_lock(&priv->pend_lock);
 	if (priv->pend_len && (off != priv->pend_off + priv->pend_len || priv->pend_len + len > PEND_SIZE))
 		pend_out_locked(priv);
-	if (!priv->pend && len <= PEND_SIZE)
+	if (!priv->pend)
 		priv->pend = malloc(PEND_SIZE);
-	if (!priv->pend || len > PEND_SIZE) {
+	if (!priv->pend) {
 		ret = data_pwritev(priv, iov, iovcnt, off, len);
 	} else {
 		if (!priv->pend_len)
@@ -751,7 +782,8 @@ int io_data_writev(io_channel ch, struct iovec *iov, int iovcnt, uint64_t off)
 	tally(&priv->data_writes);
 	if (priv->dfd < 0) {
 		ret = pend_write(priv, iov, iovcnt, off, len);
-		wb_start(priv);
+		if (!data_direct)
+			wb_start(priv);
 		return ret;
 	}
 	if (!aligned(priv, off, len) || !(b = bounce_buf())) {

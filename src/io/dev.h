@@ -50,6 +50,12 @@ int io_data_read(io_channel ch, void *buf, size_t len, uint64_t off);
  */
 int io_data_read_fd(io_channel ch, uint64_t off, size_t len, int *fd);
 int io_data_writev(io_channel ch, struct iovec *iov, int iovcnt, uint64_t off);
+/*
+ * The calling thread's data writes serve an application's direct write (a
+ * FUSE WRITE that is not the kernel's writeback of cached pages), on (1)
+ * or off (0): they do not start the image's writeback (issue 39).
+ */
+void io_data_direct(int on);
 int io_data_write(io_channel ch, const void *buf, size_t len, uint64_t off);
 
 /* What the device did: calls that moved bytes, metadata and data apart. */
