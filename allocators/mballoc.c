@@ -1135,7 +1135,7 @@ static void check_limits(struct rr_alloc *a, struct mb_ac *ac, int finish_group)
  * check_limits (mb_min_to_scan extents, or the group's end) settles.  So a
  * request goes to the snuggest of the first runs that hold it, not to the
  * first (which left the kernel's small holes whole: FIDELITY.md, tree).
- * With rr_best_fit off (default but under delalloc=hold) a run is measured
+ * With rr_best_fit off (delalloc=close's better fit) a run is measured
  * whole and the first that holds the goal is taken.
  */
 static void measure(struct rr_alloc *a, struct mb_ac *ac, uint32_t g, uint32_t s, uint32_t l)
@@ -2441,8 +2441,6 @@ int rr_alloc_attach(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr
 		a->max_order--;
 	if (a->t.mb_optimize_scan == UINT_MAX)
 		a->t.mb_optimize_scan = a->ngroups >= 16;
-	if (a->t.rr_best_fit == UINT_MAX)
-		a->t.rr_best_fit = 0;
 	/* Undecided by the mount (no device known): as the kernel on a device that is not rotational. */
 	if (a->t.mb_max_linear_groups == UINT_MAX)
 		a->t.mb_max_linear_groups = 0;

@@ -328,6 +328,11 @@ static int print_stats(int fd)
 	       (unsigned long long)s.io_data_reads, (unsigned long long)s.io_data_spliced,
 	       (unsigned long long)s.io_data_writes, (unsigned long long)s.io_data_runs,
 	       (unsigned long long)s.io_wb_starts, (unsigned long long)s.io_flushes);
+	printf("delayed data: %llu blocks held in %llu files, at most %llu; writeback from %llu MiB, "
+	       "writers write their own from %llu MiB\n",
+	       (unsigned long long)s.delayed_blocks, (unsigned long long)s.delayed_files,
+	       (unsigned long long)s.delayed_peak, (unsigned long long)(s.dirty_background_bytes >> 20),
+	       (unsigned long long)(s.dirty_limit_bytes >> 20));
 	print_requests(&s);
 	return 0;
 }

@@ -16,7 +16,13 @@ static int halves_choose(struct rrp_engine *e, void *priv, const struct rrp_requ
 {
 	uint64_t first = rrp_first_data_block(e);
 	uint64_t mid = first + (rrp_blocks(e) - first) / 2;
-	int large = (r->flags & RRP_STREAM) != 0;
+	/*
+	 * A stream, or a closed file's whole data at once (the kernel's
+	 * NOPREALLOC request, which is neither stream nor small) past the
+	 * default mb_stream_req: how a large file reaches a policy when it is
+	 * written back after its close, as by default.
+	 */
+	int large = (r->flags & RRP_STREAM) || (!(r->flags & RRP_SMALL) && r->len > 16);
 	uint64_t from = large ? mid : first;
 
 	(void)priv;

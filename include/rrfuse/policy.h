@@ -50,7 +50,9 @@ extern "C" {
 
 /* Request flags. */
 #define RRP_DATA		0x01	/* file data (else metadata: directory, extent-tree, xattr blocks) */
-#define RRP_STREAM		0x02	/* a large file (past mb_stream_req blocks) */
+#define RRP_STREAM		0x02	/* a large file (past mb_stream_req blocks) still open or written in part;
+					   a closed file's whole data is neither this nor RRP_SMALL, as the kernel's
+					   NOPREALLOC request is neither stream nor group allocation */
 #define RRP_SMALL		0x04	/* a small file, served from its CPU's group preallocation */
 #define RRP_HAS_GOAL		0x08	/* goal is worth trying as it is */
 #define RRP_FILE_GOAL		0x10	/* the goal follows the file's own blocks */

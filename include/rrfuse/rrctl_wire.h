@@ -126,6 +126,15 @@ struct rrctl_stats {
 	uint64_t io_data_runs;
 	/* Writebacks of the image's page cache started early (src/io/dev.c: wb_start). */
 	uint64_t io_wb_starts;
+	/*
+	 * Written data waiting for its blocks (delayed allocation, src/data/
+	 * data.c): held now in blocks, the files listed as holding some, the most
+	 * held at once since the mount; and in bytes the kernel's dirty limits
+	 * that bound it (vm.dirty_background_* as rrfuse reads them, and twice
+	 * that, where writers write their own).
+	 */
+	uint64_t delayed_blocks, delayed_files, delayed_peak;
+	uint64_t dirty_background_bytes, dirty_limit_bytes;
 };
 
 /*

@@ -136,9 +136,9 @@ int rr_fs_commit(struct rr_fs *rfs, int sync)
  * (RRCTL_SYNC).  The commit runs even when delayed data failed (what did
  * get written is mapped); the first error is returned.  Fs lock not held.
  */
-static int sync_delayed(struct rr_fs *rfs, int due_only)
+static int sync_delayed(struct rr_fs *rfs, enum rr_flush how)
 {
-	int ret = rr_fs_flush_delayed(rfs, due_only), cret;
+	int ret = rr_fs_flush_delayed(rfs, how), cret;
 
 	if (ret)
 		rr_log(LOG_ERR, "writing delayed data failed: %s", strerror(-ret));
@@ -150,7 +150,7 @@ static int sync_delayed(struct rr_fs *rfs, int due_only)
 
 int rr_fs_sync(struct rr_fs *rfs)
 {
-	return sync_delayed(rfs, 0);
+	return sync_delayed(rfs, RR_FLUSH_SYNC);
 }
 
 /* The allocator's way to a commit, when file data finds free space only in blocks freed since the last. */
@@ -182,13 +182,13 @@ static void *commit_main(void *arg)
 		pthread_mutex_unlock(&rfs->commit_lock);
 		clock_gettime(CLOCK_REALTIME, &now);
 		if (rr_ts_before(&now, &due)) {
-			int ret = rr_fs_flush_delayed(rfs, 1);
+			int ret = rr_fs_flush_delayed(rfs, RR_FLUSH_DUE);
 
 			if (ret)
 				rr_log(LOG_ERR, "writing delayed data failed: %s", strerror(-ret));
 		} else {
 			/* Periodic writeback: delayed data that is due gets its blocks, then the metadata goes out. */
-			sync_delayed(rfs, 1);
+			sync_delayed(rfs, RR_FLUSH_DUE);
 			clock_gettime(CLOCK_REALTIME, &due);
 			due.tv_sec += rfs->opts.commit_secs;
 		}

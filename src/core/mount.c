@@ -292,9 +292,6 @@ static void alloc_defaults(struct rr_fs *rfs, const char *device)
 		rr_alloc_tunables_default(&rfs->opts.alloc);
 	/* -o check also has the allocator verify its buddies after every change. */
 	rfs->opts.alloc.check |= (unsigned int)rfs->opts.check;
-	/* The kernel's best fit where rrfuse allocates when the kernel would: delalloc=hold. */
-	if (rfs->opts.alloc.rr_best_fit == UINT_MAX)
-		rfs->opts.alloc.rr_best_fit = rfs->opts.delalloc == RR_DELALLOC_HOLD;
 	/* As ext4_mb_init (MB_DEFAULT_LINEAR_LIMIT on a rotational device). */
 	if (rfs->opts.alloc.mb_max_linear_groups == UINT_MAX)
 		rfs->opts.alloc.mb_max_linear_groups = io_dev_rotational(device) ? 4 : 0;
@@ -496,7 +493,7 @@ int rr_fs_close(struct rr_fs *rfs)
 	}
 	if (!rfs->fs)
 		return 0;
-	if (!rfs->ro && rr_fs_flush_delayed(rfs, 0))
+	if (!rfs->ro && rr_fs_flush_delayed(rfs, RR_FLUSH_ALL))
 		rr_log(LOG_ERR, "unmount: delayed data could not be written: it is lost");
 	rr_itab_empty(rfs);
 	free(rfs->delayed.inos);
@@ -588,7 +585,7 @@ int rr_fs_remount(struct rr_fs *rfs, int ro, char *err, size_t errlen)
 	}
 	if (rfs->ro && !rfs->mounted)
 		return 0;
-	ret = rr_fs_flush_delayed(rfs, 0);
+	ret = rr_fs_flush_delayed(rfs, RR_FLUSH_ALL);
 	if (!ret)
 		ret = rr_fs_commit(rfs, 0);
 	if (ret) {

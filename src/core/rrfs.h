@@ -164,7 +164,12 @@ struct rr_itab {
 	size_t nbuckets, count;
 };
 
-/* -o delalloc=hold: written data held as the kernel's page cache holds dirty pages (src/data/data.c). */
+/*
+ * -o delalloc (the default, also delalloc=hold): written data held as the
+ * kernel's page cache holds dirty pages; -o delalloc=close: rrfuse's older
+ * model, written at the last close (src/data/data.c).
+ */
+#define RR_DELALLOC_CLOSE 1
 #define RR_DELALLOC_HOLD 2
 
 struct rr_opts {
@@ -173,7 +178,7 @@ struct rr_opts {
 	int norecovery;
 	int writeback;		/* kernel writeback cache */
 	int splice;		/* reads spliced from the image where they can be (-o nosplice: 0) */
-	int delalloc;		/* delay allocating the kernel's written-back pages: 0 (-o nodelalloc), 1, RR_DELALLOC_HOLD */
+	int delalloc;		/* delay allocating the kernel's written-back pages: 0 (-o nodelalloc), RR_DELALLOC_* */
 	int direct;		/* O_DIRECT data transfers: 1, 0, -1 = on block devices */
 	int debug;
 	int single;		/* -s: one thread serves every request */
@@ -202,12 +207,19 @@ struct rr_ring_stats;
  * and main.c hands them to rr_fs_open.  NULL: no data layer (the unit
  * tests).
  */
+/* What a flush of all files' delayed data writes back: the kernel's writeback work it stands for. */
+enum rr_flush {
+	/* All of it, each file whole: writeback_inodes_sb's tagged work (unmount, remount, short free space). */
+	RR_FLUSH_ALL,
+	/* What is due, the files taking turns: the flusher's periodic and background work (the commit tick). */
+	RR_FLUSH_DUE,
+	/* All of it, the files taking turns: sync(1) wakes the flusher for all dirty data (rrctl sync). */
+	RR_FLUSH_SYNC,
+};
+
 struct rr_data_hooks {
-	/*
-	 * Delayed data to its blocks: all of it (unmount, remount read-only,
-	 * rrctl sync), or what is due at a commit tick (due_only).
-	 */
-	int (*flush_all)(struct rr_fs *rfs, int due_only);
+	/* Delayed data to its blocks (enum rr_flush says which and how). */
+	int (*flush_all)(struct rr_fs *rfs, enum rr_flush how);
 	/* An in-memory inode goes: its delayed data and cached block map go with it. */
 	void (*evict)(struct rr_fs *rfs, struct rr_inode *ri);
 	/* Cut a file to size bytes (the orphan cleanup finishing a truncate a crash left). */
@@ -276,6 +288,7 @@ struct rr_fs {
 		ext2_ino_t *inos;
 		size_t n, cap;
 		atomic_uint_fast64_t blocks;	/* held by all inodes */
+		atomic_uint_fast64_t peak;	/* the most blocks held at once since the mount */
 		atomic_int push;		/* -o delalloc=hold: a writer writes all back (free space is short) */
 	} delayed __attribute__((aligned(RR_CACHELINE)));
 
@@ -326,9 +339,9 @@ static inline int rr_ts_before(const struct timespec *a, const struct timespec *
 	return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
 }
 
-static inline int rr_fs_flush_delayed(struct rr_fs *rfs, int due_only)
+static inline int rr_fs_flush_delayed(struct rr_fs *rfs, enum rr_flush how)
 {
-	return rfs->hooks && rfs->hooks->flush_all ? rfs->hooks->flush_all(rfs, due_only) : 0;
+	return rfs->hooks && rfs->hooks->flush_all ? rfs->hooks->flush_all(rfs, how) : 0;
 }
 
 /*
@@ -452,10 +465,13 @@ ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size
 /* Give the inode's delayed data its blocks.  closed: no writer is left (its size is final). */
 int data_flush(struct rr_fs *rfs, struct rr_inode *ri, int closed);
 extern const struct rr_data_hooks data_hooks;	/* for rr_fs_open */
-/* data_flush for every inode with delayed data (unmount, sync), or for those due (commit tick). */
-int data_flush_all(struct rr_fs *rfs, int due_only);
-/* The last writer closed the file: its delayed data is flushed, or held (-o delalloc=hold). */
+/* data_flush for every inode with delayed data, as enum rr_flush says. */
+int data_flush_all(struct rr_fs *rfs, enum rr_flush how);
+/* The last writer closed the file: its delayed data is held (the default), or flushed (-o delalloc=close). */
 int data_close(struct rr_fs *rfs, struct rr_inode *ri);
+/* rrctl -s: delayed data held now, by how many files, the most held at once; the limits on it, in bytes. */
+void data_stats(struct rr_fs *rfs, uint64_t *blocks, uint64_t *files, uint64_t *peak, uint64_t *background,
+		uint64_t *limit);
 /* Forget the inode's delayed data: the in-memory inode is going (logged unless it was unlinked). */
 int data_grow(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size);
 int data_truncate(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size);

@@ -459,7 +459,7 @@ static void free_space_push(struct rr_fs *rfs)
 	free_and_dirty(rfs, &free, &dirty);
 	if (!dirty || free >= 2 * dirty || atomic_exchange(&rfs->delayed.push, 1))
 		return;
-	(void)data_flush_all(rfs, 0);
+	(void)data_flush_all(rfs, RR_FLUSH_ALL);
 	atomic_store(&rfs->delayed.push, 0);
 }
 
@@ -507,9 +507,13 @@ static void delay_account(struct rr_fs *rfs, struct rr_inode *ri, uint64_t befor
 {
 	uint64_t now = atomic_load(&ri->dbuf.blocks);
 
-	if (now >= before)
-		atomic_fetch_add(&rfs->delayed.blocks, now - before);
-	else
+	if (now >= before) {
+		uint64_t total = atomic_fetch_add(&rfs->delayed.blocks, now - before) + (now - before);
+		uint64_t peak = atomic_load(&rfs->delayed.peak);
+
+		while (total > peak && !atomic_compare_exchange_weak(&rfs->delayed.peak, &peak, total))
+			;
+	} else
 		atomic_fetch_sub(&rfs->delayed.blocks, before - now);
 	if (!before && now) {
 		atomic_store(&ri->dirtied, monotonic_secs());
@@ -558,22 +562,30 @@ static int64_t delay_write(struct rr_fs *rfs, struct rr_inode *ri, const char *s
 	return (int64_t)seg_end;
 }
 
-/* Write the buffer out: allocate, write, map, run by run.  Caller holds rw exclusively. */
-static int flush_locked(struct rr_fs *rfs, struct rr_inode *ri, int closed)
+/*
+ * Write the buffer out: allocate, write, map, run by run, the runs that
+ * start below block end, until max blocks have gone (a run is cut at end,
+ * and under delalloc=hold at a writepages request).  Caller holds rw
+ * exclusively.
+ */
+static int flush_some(struct rr_fs *rfs, struct rr_inode *ri, int closed, uint64_t end, uint64_t max)
 {
 	unsigned int flags = RR_ALLOC_RESERVED | RR_ALLOC_USE_ROOT_RESV | (closed ? RR_ALLOC_CLOSED : 0) |
 			     (atomic_load(&ri->streaming) ? RR_ALLOC_WRITEBACK : 0);
+	uint64_t gone = 0;
 	int ret = 0;
 
 	/* After errors=remount-ro nothing changes any more, as ext4's writeback then fails. */
 	if (ri->dbuf.cnt && atomic_load(&rfs->ro))
 		return -EROFS;
-	while (ri->dbuf.cnt && !ret) {
+	while (ri->dbuf.cnt && ri->dbuf.v[0].lblk < end && gone < max && !ret) {
 		struct rr_drun *r = &ri->dbuf.v[0];
 		uint64_t pos = blk_start(rfs, r->lblk), before = atomic_load(&ri->dbuf.blocks);
 		uint32_t n = holding(rfs) && r->n > WRITEPAGES_EXTENT_MAX ? WRITEPAGES_EXTENT_MAX : r->n;
 		int64_t done;
 
+		if (n > end - r->lblk)
+			n = (uint32_t)(end - r->lblk);
 		ret = emap_ensure(rfs, ri);
 		if (ret)
 			break;
@@ -584,6 +596,7 @@ static int flush_locked(struct rr_fs *rfs, struct rr_inode *ri, int closed)
 		}
 		dbuf_consume(&ri->dbuf, rfs->bbits, 0, (uint32_t)(((uint64_t)done - pos) >> rfs->bbits));
 		delay_account(rfs, ri, before);
+		gone += ((uint64_t)done - pos) >> rfs->bbits;
 	}
 	/* All on disk: so is the size (data written directly past the last run, as into unwritten blocks). */
 	if (!ret && !ri->dbuf.cnt && ri->disksize < ri->size)
@@ -593,28 +606,65 @@ static int flush_locked(struct rr_fs *rfs, struct rr_inode *ri, int closed)
 	return ret;
 }
 
-int data_flush(struct rr_fs *rfs, struct rr_inode *ri, int closed)
+static int flush_locked(struct rr_fs *rfs, struct rr_inode *ri, int closed)
+{
+	return flush_some(rfs, ri, closed, UINT64_MAX, UINT64_MAX);
+}
+
+/* Past the last block the buffer holds.  Caller holds rw. */
+static uint64_t dbuf_end(const struct rr_dbuf *d)
+{
+	return d->cnt ? (uint64_t)d->v[d->cnt - 1].lblk + d->v[d->cnt - 1].n : 0;
+}
+
+/*
+ * One turn of a file's write-back: up to max blocks (UINT64_MAX: all) of
+ * what its buffer held below *end (UINT64_MAX: its end as it is now, which
+ * the first turn records), a writepages request at a time with rw dropped
+ * between them, as the kernel's writeback locks a page at a time: a writer
+ * of the file is not stopped while gigabytes of it go out.  What it adds
+ * past that end waits for the next write-back, as sync's tagged writeback
+ * stops at the pages dirty when it began; what lands below goes too.
+ * 1: more remains below *end; 0: done; or -errno.
+ */
+static int flush_turn(struct rr_fs *rfs, struct rr_inode *ri, int closed, uint64_t *end, uint64_t max)
 {
 	struct ext2_inode_large in;
-	int ret;
+	uint64_t gone = 0;
+	int ret = 0, more = 1;
+
+	while (!ret && more && gone < max && atomic_load(&ri->dbuf.blocks)) {
+		uint64_t before;
+
+		pthread_rwlock_wrlock(&ri->rw);
+		if (*end == UINT64_MAX)
+			*end = dbuf_end(&ri->dbuf);
+		/*
+		 * Unlinked with no writer left: the data dies with the file (ext4 does
+		 * not write such pages back either), but readers may still have it open.
+		 */
+		if (closed && ri->dbuf.cnt && !inode_read(rfs, ri->ino, &in) && !in.i_links_count) {
+			atomic_store(&ri->held, 0);
+			pthread_rwlock_unlock(&ri->rw);
+			return 0;
+		}
+		before = atomic_load(&ri->dbuf.blocks);
+		ret = flush_some(rfs, ri, closed, *end, WRITEPAGES_EXTENT_MAX);
+		if (before > atomic_load(&ri->dbuf.blocks))
+			gone += before - atomic_load(&ri->dbuf.blocks);
+		more = ri->dbuf.cnt && ri->dbuf.v[0].lblk < *end;
+		pthread_rwlock_unlock(&ri->rw);
+	}
+	return ret ? ret : more && atomic_load(&ri->dbuf.blocks);
+}
+
+int data_flush(struct rr_fs *rfs, struct rr_inode *ri, int closed)
+{
+	uint64_t end = UINT64_MAX;
 
 	if (closed)
 		atomic_store(&ri->streaming, 0);
-	if (!atomic_load(&ri->dbuf.blocks))
-		return 0;
-	pthread_rwlock_wrlock(&ri->rw);
-	/*
-	 * Unlinked with no writer left: the data dies with the file (ext4 does
-	 * not write such pages back either), but readers may still have it open.
-	 */
-	if (closed && !inode_read(rfs, ri->ino, &in) && !in.i_links_count) {
-		atomic_store(&ri->held, 0);
-		ret = 0;
-	} else {
-		ret = flush_locked(rfs, ri, closed);
-	}
-	pthread_rwlock_unlock(&ri->rw);
-	return ret;
+	return flush_turn(rfs, ri, closed, &end, UINT64_MAX);
 }
 
 /* The dirty bytes the kernel's flusher would count: what the files hold and the machine's own. */
@@ -657,11 +707,46 @@ static void delay_relist(struct rr_fs *rfs, ext2_ino_t *kept, size_t n)
 	free(kept);
 }
 
-int data_flush_all(struct rr_fs *rfs, int due_only)
+/* A file data_flush_all writes back: pinned, and where its buffer ended when that began. */
+struct wb_file {
+	struct rr_inode *ri;
+	uint64_t end;
+	int closed;
+};
+
+/* One turn of wb's write-back: 1 if it goes on, else it is unpinned (and listed again on failure). */
+static int wb_turn(struct rr_fs *rfs, struct wb_file *wb, uint64_t turn, int *ret)
+{
+	int r = flush_turn(rfs, wb->ri, wb->closed, &wb->end, turn);
+
+	if (r > 0)
+		return 1;
+	if (r) {
+		/* Listed again, so that a later tick tries once more. */
+		delay_list(rfs, wb->ri->ino);
+		if (!*ret)
+			*ret = r;
+	}
+	rr_iunpin(rfs, wb->ri);
+	return 0;
+}
+
+/*
+ * Under delalloc=hold, but for RR_FLUSH_ALL (whose tagged work takes each
+ * file whole), the files take turns of 8 MiB, the oldest first, as the
+ * kernel's flusher gives each inode a chunk and then turns to the next
+ * (writeback_sb_inodes, writeback_chunk_size): several files written back
+ * by one sync(1) each get one 2048-block extent, then their tails.  A
+ * background write-back stops once under the threshold (wb_over_bg_thresh).
+ */
+int data_flush_all(struct rr_fs *rfs, enum rr_flush how)
 {
 	int64_t now = monotonic_secs();
+	int due_only = how == RR_FLUSH_DUE;
+	uint64_t turn = holding(rfs) && how != RR_FLUSH_ALL ? (8ULL << 20) >> rfs->bbits : UINT64_MAX;
+	struct wb_file *wb;
 	ext2_ino_t *inos;
-	size_t n, i, kept = 0;
+	size_t n, i, nwb = 0, kept = 0;
 	int ret = 0;
 
 	pthread_mutex_lock(&rfs->delayed.lock);
@@ -670,26 +755,36 @@ int data_flush_all(struct rr_fs *rfs, int due_only)
 	rfs->delayed.inos = NULL;
 	rfs->delayed.n = rfs->delayed.cap = 0;
 	pthread_mutex_unlock(&rfs->delayed.lock);
+	wb = calloc(n ? n : 1, sizeof(*wb));
 	for (i = 0; i < n; i++) {
-		struct rr_inode *ri = rr_ipin(rfs, inos[i]);
-		int r;
+		struct wb_file f = { .ri = rr_ipin(rfs, inos[i]), .end = UINT64_MAX };
 
-		if (!ri)
+		if (!f.ri)
 			continue;
-		if (due_only && holding(rfs) && atomic_load(&ri->dbuf.blocks) && !due(rfs, ri, now)) {
+		if (due_only && holding(rfs) && atomic_load(&f.ri->dbuf.blocks) && !due(rfs, f.ri, now)) {
 			inos[kept++] = inos[i];
-			rr_iunpin(rfs, ri);
+			rr_iunpin(rfs, f.ri);
 			continue;
 		}
-		r = data_flush(rfs, ri, !atomic_load(&ri->nwriters));
-		if (r) {
-			/* Listed again, so that a later tick tries once more. */
-			delay_list(rfs, ri->ino);
-			if (!ret)
-				ret = r;
-		}
-		rr_iunpin(rfs, ri);
+		f.closed = !atomic_load(&f.ri->nwriters);
+		/* Without memory for the turns, each file whole at once. */
+		if (wb_turn(rfs, &f, wb ? turn : UINT64_MAX, &ret) && wb)
+			wb[nwb++] = f;
 	}
+	while (nwb) {
+		size_t live = 0;
+
+		for (i = 0; i < nwb; i++) {
+			if (due_only && !due(rfs, wb[i].ri, now)) {
+				inos[kept++] = wb[i].ri->ino;
+				rr_iunpin(rfs, wb[i].ri);
+			} else if (wb_turn(rfs, &wb[i], turn, &ret)) {
+				wb[live++] = wb[i];
+			}
+		}
+		nwb = live;
+	}
+	free(wb);
 	if (kept)
 		delay_relist(rfs, inos, kept);
 	else
@@ -737,6 +832,18 @@ static void data_evict(struct rr_fs *rfs, struct rr_inode *ri)
 {
 	data_drop_delayed(rfs, ri);
 	emap_drop(ri);
+}
+
+void data_stats(struct rr_fs *rfs, uint64_t *blocks, uint64_t *files, uint64_t *peak, uint64_t *background,
+		uint64_t *limit)
+{
+	*blocks = atomic_load(&rfs->delayed.blocks);
+	*peak = atomic_load(&rfs->delayed.peak);
+	pthread_mutex_lock(&rfs->delayed.lock);
+	*files = rfs->delayed.n;
+	pthread_mutex_unlock(&rfs->delayed.lock);
+	*background = rr_hold_limits()->background_bytes;
+	*limit = 2 * *background;
 }
 
 const struct rr_data_hooks data_hooks = {

@@ -244,6 +244,8 @@ int rr_ctl(struct rr_fs *rfs, unsigned int cmd, uid_t uid, const void *in, size_
 		rr_alloc_stats(rfs->alloc, &buf->s);
 		rr_fs_end_op(rfs);
 		ctl_io_stats(rfs, &buf->s);
+		data_stats(rfs, &buf->s.delayed_blocks, &buf->s.delayed_files, &buf->s.delayed_peak,
+			   &buf->s.dirty_background_bytes, &buf->s.dirty_limit_bytes);
 		return 0;
 	default:
 		return ctl_tunable(rfs, cmd, uid, &buf->t);

@@ -1,6 +1,7 @@
-"""Delayed allocation: pages the kernel writes back wait in the daemon, with
-their blocks promised, and get blocks at close, fsync, the commit tick or a
-size limit (src/data/data.c, -o delalloc / nodelalloc).
+"""Delayed allocation under -o delalloc=close (rrfuse's older model; the
+default's own tests are in test_hold.py): pages the kernel writes back wait
+in the daemon, with their blocks promised, and get blocks at close, fsync,
+the commit tick or a size limit (src/data/data.c).
 
 sync_file_range(WRITE | WAIT) makes the kernel write a file's cached pages
 back (FUSE WRITEs) with no FSYNC and no FLUSH, so the data is then in the
@@ -48,9 +49,11 @@ def free_blocks(mnt):
 
 
 def mounted(work, opts="commit=0"):
-    """work(image, mnt) on a fresh image, then unmount and e2fsck -fn."""
+    """work(image, mnt) on a fresh image under delalloc=close unless opts
+    name a delalloc mode, then unmount and e2fsck -fn."""
     image = make_image(size="256M")
-    opts = ",".join(o for o in (opts, "cache_mb=0") if o)
+    mode = "" if "delalloc" in opts else "delalloc=close"
+    opts = ",".join(o for o in (opts, "cache_mb=0", mode) if o)
     return run_mounted(image, lambda mnt: work(image, mnt), opts=opts)
 
 
@@ -270,25 +273,42 @@ def releases(m):
     return int(n.group(1)) if n else 0
 
 
+def held_blocks(m):
+    """Blocks of written data waiting in the daemon for their blocks (rrctl -s)."""
+    out = subprocess.run([RRCTL, m.mnt, "-s"], capture_output=True, text=True, check=True).stdout
+    return int(re.search(r"^delayed data: (\d+) blocks held", out, re.M).group(1))
+
+
 def disk_size(image, name):
     out = debugfs(image, "stat /" + name)
     return int(re.search(r"Size: (\d+)", out).group(1))
 
 
-def test_killed_with_delayed_data_leaves_a_clean_image():
+@pytest.mark.parametrize("mode", ["delalloc=close", ""], ids=["close", "default"])
+def test_killed_with_delayed_data_leaves_a_clean_image(mode):
     """Data not yet given blocks is lost with the daemon (as unsynced data
     on ext4); the image stays consistent, and a commit meanwhile (the
     directory's fsync) wrote the file's size only as far as its data had
-    reached the disk, as ext4's i_disksize: no file of zeros after a crash."""
+    reached the disk, as ext4's i_disksize: no file of zeros after a crash.
+    Under delalloc=close a closed file's data went at its close; by default
+    it is held until written back, as ext4's dirty pages, and a daemon
+    killed before that loses it as a kernel crash loses them (README), while
+    fsync'd data survives."""
     image = make_image(size="256M")
-    m = Mount(image, opts="commit=0").mount()
+    m = Mount(image, opts=",".join(o for o in ("commit=0", mode) if o)).mount()
     try:
         before = releases(m)
         with open(m.path("kept"), "wb") as f:
             f.write(pattern(7, MIB))
+        with open(m.path("synced"), "wb") as f:
+            f.write(pattern(9, MIB))
+            f.flush()
+            os.fsync(f.fileno())
         # The last close's RELEASE, which gives the blocks, is asynchronous: over
         # io_uring it may come on another CPU's queue after the fsync below.
-        wait_for(lambda: releases(m) > before, timeout=10)
+        wait_for(lambda: releases(m) > before + 1, timeout=10)
+        if mode:
+            assert wait_for(lambda: held_blocks(m) == 0, timeout=10)
         fd = os.open(m.path("lost"), os.O_CREAT | os.O_RDWR, 0o644)
         os.write(fd, pattern(8, MIB))
         write_back(fd)
@@ -304,17 +324,18 @@ def test_killed_with_delayed_data_leaves_a_clean_image():
         m.cleanup()
     rc, out = fsck(image)
     assert rc == 0, out
-    assert lengths(image, "kept") == [256]
+    assert lengths(image, "kept") == ([256] if mode else [])
+    assert disk_size(image, "kept") == (MIB if mode else 0)
     assert lengths(image, "lost") == []
-    assert disk_size(image, "kept") == MIB
     assert disk_size(image, "lost") == 0
+    assert disk_size(image, "synced") == MIB and sum(lengths(image, "synced")) == 256
 
 
 FALLOC_FL_KEEP_SIZE = 1
 
 
-@pytest.mark.parametrize("opts,writer_open", [("", False), ("", True), ("delalloc=hold", False)],
-                         ids=["closed", "open_written_back", "hold"])
+@pytest.mark.parametrize("opts,writer_open", [("delalloc=close", False), ("delalloc=close", True), ("", False)],
+                         ids=["close", "close_open_written_back", "default"])
 def test_killed_after_writing_preallocated_blocks_past_eof(opts, writer_open):
     """Issue 38: blocks fallocated past EOF (KEEP_SIZE) are written while a
     hole below them still waits in the daemon, and another file's fsync
@@ -323,9 +344,10 @@ def test_killed_after_writing_preallocated_blocks_past_eof(opts, writer_open):
     writeback raises i_disksize): after the kill and the journal's replay,
     e2fsck -fn is clean (it said "i_size is 8000, should be 102400") and
     the file holds what reached the disk, a hole where the buffered block
-    was.  Closed by default, the close wrote everything; the writer kept
-    open (its pages sent by sync_file_range) and delalloc=hold leave that
-    block buffered."""
+    was.  Under delalloc=close the close wrote everything (the test waits
+    for its RELEASE, asynchronous over io_uring, to have done it); the
+    writer kept open (its pages sent by sync_file_range) and the default
+    leave that block buffered."""
     image = make_image(size="128M")
     m = Mount(image, opts=",".join(o for o in ("commit=0", opts) if o)).mount()
     head, pre, late = pattern(1, 8000), pattern(2, 20 * 4096), pattern(3, 4096)
@@ -340,6 +362,8 @@ def test_killed_after_writing_preallocated_blocks_past_eof(opts, writer_open):
             write_back(fd)
         else:
             os.close(fd)
+            if opts == "delalloc=close":
+                assert wait_for(lambda: held_blocks(m) == 0, timeout=10)
         with open(m.path("g"), "wb") as g:
             g.write(b"g" * 5000)
             g.flush()
@@ -360,5 +384,5 @@ def test_killed_after_writing_preallocated_blocks_past_eof(opts, writer_open):
         data = fh.read()
     os.unlink(dump)
     assert data[:8000] == head and data[16384:] == pre
-    held = opts == "delalloc=hold" or writer_open
+    held = opts != "delalloc=close" or writer_open
     assert data[8192:12288] == (bytes(4096) if held else late)

@@ -210,3 +210,38 @@ def test_short_free_space_pushes_held_data_out(fs):
         for i in range(30):
             with open(os.path.join(fs.mnt, "more%02d" % i), "rb") as f:
                 assert f.read() == pattern(50 + i, 4 * MIB)
+
+
+def delayed_stats(mnt):
+    """rrctl -s's delayed-data line: (blocks held, files, most held, threshold MiB, writers' limit MiB)."""
+    import re
+    out = subprocess.run([RRCTL, mnt, "-s"], capture_output=True, text=True, check=True).stdout
+    m = re.search(r"^delayed data: (\d+) blocks held in (\d+) files, at most (\d+); writeback from "
+                  r"(\d+) MiB, writers write their own from (\d+) MiB$", out, re.M)
+    assert m, out
+    return tuple(int(x) for x in m.groups())
+
+
+@pytest.mark.opts(HOLD)
+def test_a_file_larger_than_the_dirty_limits_keeps_memory_bounded(fs):
+    """Issue 39: what the daemon holds stays within the kernel's own dirty
+    limits, as rrctl -s reports them, on a file four times larger: past the
+    background threshold the flusher writes it back while it grows, and past
+    twice that its writer writes its own (balance_dirty_pages).  Nothing is
+    lost: the file reads back whole and every block of it has its place."""
+    with vm(dirty_expire_centisecs=360000, dirty_background_bytes=16 * MIB):
+        size = 128 * MIB
+        with open(os.path.join(fs.mnt, "big"), "wb") as f:
+            for i in range(size // MIB):
+                f.write(pattern(i, MIB))
+        held, _, peak, background, limit = delayed_stats(fs.mnt)
+        assert (background, limit) == (16, 32)
+        # The writer's limit, plus what the kernel's writeback requests in flight at once
+        # (each up to 1 MiB, several threads and queues) add before each sees it.
+        assert peak * 4096 <= (limit + 16) * MIB, peak
+        subprocess.run([RRCTL, fs.mnt, "sync"], check=True)
+        assert delayed_stats(fs.mnt)[0] == 0
+        assert blocks(fs.image, "big") == size // 4096
+        with open(os.path.join(fs.mnt, "big"), "rb") as f:
+            for i in range(size // MIB):
+                assert f.read(MIB) == pattern(i, MIB), i

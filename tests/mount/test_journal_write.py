@@ -739,8 +739,8 @@ def crash_rounds(rounds, opts="", mkfs_args=(), seconds=(0.5, 2.5), seed=None, u
     return bad
 
 
-@pytest.mark.parametrize("mkfs_args,opts", [(CSUM_V3, ""), (TINY, ""), (CSUM_V3, "delalloc=hold")],
-                         ids=["csum_v3", "tiny_1k", "csum_v3_hold"])
+@pytest.mark.parametrize("mkfs_args,opts", [(CSUM_V3, ""), (TINY, ""), (CSUM_V3, "delalloc=close")],
+                         ids=["csum_v3", "tiny_1k", "csum_v3_close"])
 def test_crash_anywhere(mkfs_args, opts):
     rounds = int(os.environ.get("RRFUSE_CRASH_ROUNDS", "4"))
     bad = crash_rounds(rounds, opts=opts, mkfs_args=mkfs_args)

@@ -102,7 +102,7 @@ def alternate_synced_chunks(mnt):
 
 
 def test_writeback_whole_switches_between_whole_files_and_alternating_windows():
-    """rrfuse cannot know while the pages arrive that another file's flush
+    """Under delalloc=close (the knob's only mode) rrfuse cannot know while the pages arrive that another file's flush
     will come between them; rr_writeback_whole says which to assume.  On
     (the default) a stream's first whole window grows over the free run
     after it and both files stay whole; off, each flush takes its own 8 MiB
@@ -117,7 +117,7 @@ def test_writeback_whole_switches_between_whole_files_and_alternating_windows():
     for whole in (1, 0):
         image = make_image(size="1G")
         try:
-            run_mounted(image, alternate_synced_chunks, opts="rr_writeback_whole=%d" % whole)
+            run_mounted(image, alternate_synced_chunks, opts="delalloc=close,rr_writeback_whole=%d" % whole)
             got[whole] = count(image)
         finally:
             shutil.rmtree(os.path.dirname(image), ignore_errors=True)

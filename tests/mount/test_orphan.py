@@ -259,6 +259,8 @@ def test_sigkill_with_many_orphans(mount_factory, monkeypatch):
     m = mount_factory()
     with open(m.path("keep"), "wb") as f:
         f.write(pattern("keep", 300000))
+        f.flush()
+        os.fsync(f.fileno())        # held data not written back dies with the daemon, as on ext4
     fds = [open_unlinked(m, "o%d" % i, pattern(i, 50000))[0] for i in range(20)]
     for fd in fds[::3]:
         os.close(fd)

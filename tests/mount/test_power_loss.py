@@ -259,7 +259,7 @@ def test_power_cut_states(mkfs_args):
     assert not bad, "damage after a power cut:\n" + "\n----\n".join(bad)
 
 
-@pytest.mark.parametrize("opts", ["", "delalloc=hold"], ids=["default", "hold"])
+@pytest.mark.parametrize("opts", ["", "delalloc=close"], ids=["default", "close"])
 def test_power_cut_at_every_flush_point(opts):
     """Issue 38: every flush point of a short recording, in both delalloc
     modes, the workload's preallocations past EOF and late-filled holes

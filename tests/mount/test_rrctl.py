@@ -33,7 +33,7 @@ DEFAULTS = {
     "mb_min_to_scan": "10", "mb_max_to_scan": "200", "mb_order2_req": "2",
     "mb_optimize_scan": "0",     # < 16 groups: off, as the kernel
     "mb_best_avail_max_trim_order": "3", "mb_stats": "0", "rr_writeback_whole": "1",
-    "rr_best_fit": "0",          # 1 only under delalloc=hold
+    "rr_best_fit": "1",          # the kernel's choice within a group, in every mode
     "allocator": "regular",
     "alloc_trace": "",           # no trace unless -o alloc_trace=FILE
 }
@@ -47,7 +47,7 @@ GROUPS_SIZE = GROUPS_HDR.size + 128 * GROUP_FIELDS * 4
 # counters, the cache's, the device's, requests, forgotten; the ring's (a count, four uint32);
 # the policy checks' (refused by kind, policies switched off); the requests' time by opcode;
 # the device's data write syscalls; its writebacks started early
-STATS_SIZE = 4 * 4 + 8 * (14 + 4 * 5 + 7 + 6 + 1 + 64 + 1) + 8 + 4 * 4 + 8 * (4 + 1) + 8 * 64 + 8 + 8
+STATS_SIZE = 4 * 4 + 8 * (14 + 4 * 5 + 7 + 6 + 1 + 64 + 1) + 8 + 4 * 4 + 8 * (4 + 1) + 8 * 64 + 8 + 8 + 8 * 5
 
 
 def iowr(nr, size):
@@ -118,7 +118,7 @@ def test_list_get_set_every_tunable(fs):
     new = {"mb_stream_req": "32", "mb_group_prealloc": "1024", "mb_min_to_scan": "5",
            "mb_max_to_scan": "100", "mb_order2_req": "3", "mb_max_linear_groups": "4",
            "mb_optimize_scan": "1", "mb_best_avail_max_trim_order": "2", "mb_stats": "1",
-           "mb_max_prealloc_kb": "32768", "rr_writeback_whole": "0", "rr_best_fit": "1", "allocator": "regular",
+           "mb_max_prealloc_kb": "32768", "rr_writeback_whole": "0", "rr_best_fit": "0", "allocator": "regular",
            "policy_dir": "/tmp", "alloc_trace": ""}
     for k, v in new.items():
         assert rrctl(fs.mnt, "%s=%s" % (k, v)).stdout == "%s = %s\n" % (k, v)
@@ -278,7 +278,8 @@ def test_groups_agree_with_the_image(fs):
         with open(os.path.join(fs.mnt, "f%d" % i), "wb") as f:
             f.write(pattern(i, size))
     os.unlink(os.path.join(fs.mnt, "f2"))
-    os.sync()
+    # Held data's blocks are promised (statfs counts them used), not in the buddies: written back first.
+    rrctl(fs.mnt, "sync")
 
     def settled():
         groups = parse_groups(rrctl(fs.mnt, "-g").stdout)
@@ -315,14 +316,16 @@ STATS_OFF = ("mballoc:\n\tmb stats collection turned off.\n"
 
 
 def allocator_stats(mnt):
-    """rrctl -s without its last six lines, the policy checks'
+    """rrctl -s without its last seven lines, the policy checks'
     (test_policy_guard.py), the metadata cache's, the device's (test_cache.py
-    reads those), the requests' (test_killpriv.py), their transport's
+    reads those), the delayed data's (test_hold.py), the requests'
+    (test_killpriv.py), their transport's
     (test_uring.py) and their time's."""
     out = rrctl(mnt, "-s").stdout
-    assert out.splitlines()[-6].startswith("policy answers refused: "), out
-    assert out.splitlines()[-5].startswith("metadata cache: "), out
-    assert out.splitlines()[-4].startswith("device: "), out
+    assert out.splitlines()[-7].startswith("policy answers refused: "), out
+    assert out.splitlines()[-6].startswith("metadata cache: "), out
+    assert out.splitlines()[-5].startswith("device: "), out
+    assert out.splitlines()[-4].startswith("delayed data: "), out
     assert out.splitlines()[-3].startswith("requests: "), out
     assert out.splitlines()[-2].startswith("transport: "), out
     assert out.splitlines()[-1].startswith("request time:"), out
@@ -362,7 +365,7 @@ def test_stats_off_and_on(fs):
     for i in range(20):
         with open(os.path.join(fs.mnt, "small%d" % i), "wb") as f:
             f.write(b"x" * 5000)
-    os.sync()
+    rrctl(fs.mnt, "sync")           # held data meets the allocator when written back
     v = parse_stats(allocator_stats(fs.mnt))
     assert int(v["reqs"]) > 0 and int(v["success"]) > 0
     assert int(v["preallocated"]) > 0
@@ -373,7 +376,7 @@ def test_stats_off_and_on(fs):
     assert allocator_stats(fs.mnt) == STATS_OFF
     with open(os.path.join(fs.mnt, "more"), "wb") as f:
         f.write(pattern(99, 3 << 20))
-    os.sync()
+    rrctl(fs.mnt, "sync")
     rrctl(fs.mnt, "mb_stats=1")
     assert parse_stats(allocator_stats(fs.mnt))["reqs"] == v["reqs"]
 
@@ -698,14 +701,14 @@ def test_linear_groups_follow_the_device_as_the_kernels(where):
     shutil.rmtree(os.path.dirname(image), ignore_errors=True)
 
 
-@pytest.mark.opts("delalloc=hold")
-def test_best_fit_decided_by_hold(fs):
-    """rr_best_fit is decided at mount: on with delalloc=hold (the kernel's
-    choice within a group), off otherwise (DEFAULTS above); an explicit
-    value wins."""
+@pytest.mark.opts("delalloc=close")
+def test_best_fit_is_not_decided_by_the_mode(fs):
+    """rr_best_fit no longer follows the delalloc mode (it was on only
+    under delalloc=hold): the kernel's choice in every mode (DEFAULTS
+    above); an explicit value wins."""
     assert values(fs.mnt)["rr_best_fit"] == "1"
 
 
-@pytest.mark.opts("delalloc=hold,rr_best_fit=0")
+@pytest.mark.opts("delalloc=close,rr_best_fit=0")
 def test_best_fit_explicit_wins(fs):
     assert values(fs.mnt)["rr_best_fit"] == "0"

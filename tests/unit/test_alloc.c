@@ -57,8 +57,16 @@ static void teardown(void)
 START_TEST(goal_first_and_contiguous)
 {
 	struct rr_alloc_req req = { .len = 250, .goal = 5000, .flags = RR_ALLOC_DATA };
+	struct rr_alloc_tunables t;
 	struct rr_extent ex, ex2;
 	uint64_t before = ext2fs_free_blocks_count(fs->super);
+
+	/* First fit from the goal (the kernel's best fit may take a snugger chunk before it: snuggest_run). */
+	rr_alloc_detach(a);
+	rr_alloc_tunables_default(&t);
+	t.check = 1;
+	t.rr_best_fit = 0;
+	ck_assert_int_eq(rr_alloc_attach(fs, &t, &a), 0);
 
 	ck_assert_int_eq(rr_alloc_blocks(a, &req, &ex), 0);
 	ck_assert_uint_eq(ex.pblk, 5000);
@@ -314,7 +322,7 @@ END_TEST
  * the first run that holds it: 18 blocks pass a 40-block run (measured
  * 32) for a 20-block one (16 + 4) further on.  First fit there left the
  * small holes the kernel fills (FIDELITY.md, tree and aging).  That is
- * rr_best_fit (on at mount under delalloc=hold); off, the first run.
+ * rr_best_fit (on by default); off, the first run.
  */
 START_TEST(snuggest_run)
 {
@@ -330,16 +338,17 @@ START_TEST(snuggest_run)
 		if (!(b >= 8192 && b < 8192 + 40) && !(b >= 9216 && b < 9216 + 20) &&
 		    !ext2fs_test_block_bitmap2(fs->block_map, b))
 			occupy(b, 1);
-	/* Off (attach's default): the first run that holds 18. */
-	attach_checked();
+	/* Off: the first run that holds 18. */
+	rr_alloc_tunables_default(&t);
+	t.check = 1;
+	t.rr_best_fit = 0;
+	ck_assert_int_eq(rr_alloc_attach(fs, &t, &a), 0);
 	ck_assert_int_eq(rr_alloc_blocks(a, &req, &ex), 0);
 	ck_assert_uint_eq(ex.pblk, 8192);
 	rr_free_blocks(a, ex.pblk, ex.len);
 	rr_alloc_detach(a);
-	rr_alloc_tunables_default(&t);
-	t.check = 1;
-	t.rr_best_fit = 1;
-	ck_assert_int_eq(rr_alloc_attach(fs, &t, &a), 0);
+	/* On (the default, the kernel's). */
+	attach_checked();
 	ck_assert_int_eq(rr_alloc_blocks(a, &req, &ex), 0);
 	ck_assert_uint_eq(ex.len, 18);
 	ck_assert_uint_eq(ex.pblk, 9216);
