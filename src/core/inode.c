@@ -311,43 +311,58 @@ static void atime_look_again(struct rr_fs *rfs, ext2_ino_t ino)
 
 /*
  * -o check: a regular file written is checked at the next commit
- * (inode_check_written); the same inode written again at once is noted once.
+ * (inode_check_written), with whether it broke the invariant already as
+ * libext2fs holds it now, before this write: a damaged image's inode may,
+ * and rrfuse's writing into it is no bug of rrfuse's.
  */
 static void note_written(struct rr_fs *rfs, ext2_ino_t ino, const struct ext2_inode_large *in)
 {
-	struct rr_ino_list *w = &rfs->check_written;
+	struct rr_written *w = &rfs->check_written;
+	struct ext2_inode_large old;
+	struct ext2fs_extent ex;
+	int bad = 0;
 
-	if (!rfs->opts.check || !LINUX_S_ISREG(in->i_mode) || !(in->i_flags & EXT4_EXTENTS_FL) ||
-	    (w->n && w->v[w->n - 1] == ino))
+	if (!rfs->opts.check || !LINUX_S_ISREG(in->i_mode) || !(in->i_flags & EXT4_EXTENTS_FL))
 		return;
+	if (!ext2fs_read_inode_full(rfs->fs, ino, (struct ext2_inode *)&old, sizeof(old)))
+		bad = emap_written_past_size(rfs, ino, &old, &ex);
 	/* Without memory this one goes unchecked. */
 	if (!rr_grow(&w->v, sizeof(*w->v), &w->cap, w->n + 1, 64))
-		w->v[w->n++] = ino;
+		w->v[w->n++] = (struct rr_written_ino){ .ino = ino, .seq = (uint32_t)w->n, .was_bad = bad };
 }
 
-static int ino_cmp(const void *a, const void *b)
+static int written_cmp(const void *a, const void *b)
 {
-	ext2_ino_t x = *(const ext2_ino_t *)a, y = *(const ext2_ino_t *)b;
+	const struct rr_written_ino *x = a, *y = b;
 
-	return x < y ? -1 : x > y;
+	if (x->ino != y->ino)
+		return x->ino < y->ino ? -1 : 1;
+	return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
 void inode_check_written(struct rr_fs *rfs)
 {
-	struct rr_ino_list *w = &rfs->check_written;
+	struct rr_written *w = &rfs->check_written;
 	struct ext2_inode_large in;
+	struct ext2fs_extent ex;
 	size_t i;
 
 	if (!w->n)
 		return;
-	qsort(w->v, w->n, sizeof(*w->v), ino_cmp);
+	qsort(w->v, w->n, sizeof(*w->v), written_cmp);
 	for (i = 0; i < w->n; i++) {
-		if ((i && w->v[i] == w->v[i - 1]) || inode_load(rfs, w->v[i], &in))
+		ext2_ino_t ino = w->v[i].ino;
+
+		/* Each inode once, as its first write this interval found it. */
+		if ((i && ino == w->v[i - 1].ino) || w->v[i].was_bad || inode_load(rfs, ino, &in))
 			continue;
 		/* A shrinking truncate or an unlink under way is on the orphan list: recovery finishes it. */
-		if (LINUX_S_ISREG(in.i_mode) && (in.i_flags & EXT4_EXTENTS_FL) && in.i_links_count &&
-		    !orphan_tracked(rfs, w->v[i]))
-			emap_check_size(rfs, w->v[i], &in);
+		if (!in.i_links_count || orphan_tracked(rfs, ino) || !emap_written_past_size(rfs, ino, &in, &ex))
+			continue;
+		rr_log(LOG_ERR, "check: inode %u: written extent %llu+%u->%llu passes its size on disk, %llu",
+		       ino, (unsigned long long)ex.e_lblk, ex.e_len, (unsigned long long)ex.e_pblk,
+		       (unsigned long long)EXT2_I_SIZE(&in));
+		abort();
 	}
 	w->n = 0;
 }
