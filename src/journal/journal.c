@@ -110,6 +110,10 @@ static int map_inode(struct jnl *j, blk64_t *nblocks, char *msg, size_t msglen)
 		snprintf(msg, msglen, "cannot map journal inode %u: %s", ino, error_message(err));
 		return -EUCLEAN;
 	}
+	if (!j->nruns) {
+		snprintf(msg, msglen, "journal inode %u maps no blocks", ino);
+		return -EUCLEAN;
+	}
 	qsort(j->runs, j->nruns, sizeof(*j->runs), run_by_logical);
 	*nblocks = w.nblocks;
 	return 0;
