@@ -82,6 +82,13 @@ static uint64_t umap_get(const struct umap *m, uint64_t key)
 	return m->k[i] ? m->v[i] : NO_VAL;
 }
 
+static void umap_free(struct umap *m)
+{
+	free(m->k);
+	free(m->v);
+	*m = (struct umap){ 0 };
+}
+
 static int umap_grow(struct umap *m)
 {
 	struct umap g = { .cap = m->cap ? m->cap * 2 : 1024 };
@@ -504,6 +511,9 @@ int main(int argc, char *argv[])
 	printf("seconds %.6f\nrequests_per_second %.0f\n", secs, secs > 0 ? (double)r.reqs / secs : 0.0);
 	rr_alloc_detach(r.a);
 	ext2fs_close_free(&r.fs);
+	umap_free(&r.fwd);
+	umap_free(&r.rev);
+	umap_free(&r.isize);
 	free(v);
 	return 0;
 }
