@@ -322,7 +322,9 @@ static void note_written(struct rr_fs *rfs, ext2_ino_t ino, const struct ext2_in
 	struct ext2fs_extent ex;
 	int bad = 0;
 
-	if (!rfs->opts.check || !LINUX_S_ISREG(in->i_mode) || !(in->i_flags & EXT4_EXTENTS_FL))
+	/* The same inode again at once (an operation's several writes): its first write said how it was. */
+	if (!rfs->opts.check || !LINUX_S_ISREG(in->i_mode) || !(in->i_flags & EXT4_EXTENTS_FL) ||
+	    (w->n && w->v[w->n - 1].ino == ino))
 		return;
 	if (!ext2fs_read_inode_full(rfs->fs, ino, (struct ext2_inode *)&old, sizeof(old)))
 		bad = emap_written_past_size(rfs, ino, &old, &ex);

@@ -513,8 +513,9 @@ static void delay_account(struct rr_fs *rfs, struct rr_inode *ri, uint64_t befor
 
 		while (total > peak && !atomic_compare_exchange_weak(&rfs->delayed.peak, &peak, total))
 			;
-	} else
+	} else {
 		atomic_fetch_sub(&rfs->delayed.blocks, before - now);
+	}
 	if (!before && now) {
 		atomic_store(&ri->dirtied, monotonic_secs());
 		delay_list(rfs, ri->ino);
@@ -565,10 +566,11 @@ static int64_t delay_write(struct rr_fs *rfs, struct rr_inode *ri, const char *s
 /*
  * Write the buffer out: allocate, write, map, run by run, the runs that
  * start below block end, until max blocks have gone (a run is cut at end,
- * and under delalloc=hold at a writepages request).  Caller holds rw
- * exclusively.
+ * and under delalloc=hold at a writepages request); *gone (may be NULL)
+ * adds what went.  Caller holds rw exclusively.
  */
-static int flush_some(struct rr_fs *rfs, struct rr_inode *ri, int closed, uint64_t end, uint64_t max)
+static int flush_some(struct rr_fs *rfs, struct rr_inode *ri, int closed, uint64_t end, uint64_t max,
+		      uint64_t *gone_out)
 {
 	unsigned int flags = RR_ALLOC_RESERVED | RR_ALLOC_USE_ROOT_RESV | (closed ? RR_ALLOC_CLOSED : 0) |
 			     (atomic_load(&ri->streaming) ? RR_ALLOC_WRITEBACK : 0);
@@ -603,12 +605,14 @@ static int flush_some(struct rr_fs *rfs, struct rr_inode *ri, int closed, uint64
 		ret = write_size(rfs, ri, ri->size, ri->size, 0);
 	if (!ri->dbuf.cnt)
 		atomic_store(&ri->held, 0);
+	if (gone_out)
+		*gone_out += gone;
 	return ret;
 }
 
 static int flush_locked(struct rr_fs *rfs, struct rr_inode *ri, int closed)
 {
-	return flush_some(rfs, ri, closed, UINT64_MAX, UINT64_MAX);
+	return flush_some(rfs, ri, closed, UINT64_MAX, UINT64_MAX, NULL);
 }
 
 /* Past the last block the buffer holds.  Caller holds rw. */
@@ -631,27 +635,24 @@ static int flush_turn(struct rr_fs *rfs, struct rr_inode *ri, int closed, uint64
 {
 	struct ext2_inode_large in;
 	uint64_t gone = 0;
-	int ret = 0, more = 1;
+	int ret = 0, more = 1, first = 1;
 
 	while (!ret && more && gone < max && atomic_load(&ri->dbuf.blocks)) {
-		uint64_t before;
-
 		pthread_rwlock_wrlock(&ri->rw);
 		if (*end == UINT64_MAX)
 			*end = dbuf_end(&ri->dbuf);
 		/*
 		 * Unlinked with no writer left: the data dies with the file (ext4 does
 		 * not write such pages back either), but readers may still have it open.
+		 * Looked at once a turn (the inode read takes the fs lock).
 		 */
-		if (closed && ri->dbuf.cnt && !inode_read(rfs, ri->ino, &in) && !in.i_links_count) {
+		if (first && closed && ri->dbuf.cnt && !inode_read(rfs, ri->ino, &in) && !in.i_links_count) {
 			atomic_store(&ri->held, 0);
 			pthread_rwlock_unlock(&ri->rw);
 			return 0;
 		}
-		before = atomic_load(&ri->dbuf.blocks);
-		ret = flush_some(rfs, ri, closed, *end, WRITEPAGES_EXTENT_MAX);
-		if (before > atomic_load(&ri->dbuf.blocks))
-			gone += before - atomic_load(&ri->dbuf.blocks);
+		first = 0;
+		ret = flush_some(rfs, ri, closed, *end, WRITEPAGES_EXTENT_MAX, &gone);
 		more = ri->dbuf.cnt && ri->dbuf.v[0].lblk < *end;
 		pthread_rwlock_unlock(&ri->rw);
 	}
