@@ -314,6 +314,7 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 	pthread_mutex_init(&rfs->commit_lock, NULL);
 	pthread_cond_init(&rfs->commit_cond, NULL);
 	pthread_mutex_init(&rfs->delayed.lock, NULL);
+	pthread_mutex_init(&rfs->delayed.writeback, NULL);
 
 	ret = open_checked(device, opts->norecovery, &ro, &devro, &unreplayed, &fs, msg, msglen);
 	if (ret)

@@ -4,6 +4,10 @@
  *
  * Locks, in the order they are taken (never the reverse):
  *
+ *   delayed.writeback  one write-back of all files' delayed data at a time
+ *                   (data_flush_all): a sync waits for one under way, a
+ *                   writer short of free space skips it (skip_if_busy).
+ *                   Taken with no other lock held.
  *   rr_inode.rw     per inode; shared for reads and overwrites of mapped
  *                   blocks, exclusive while the block map or i_size changes.
  *                   Two inodes' rw locks are never held at once.
@@ -293,7 +297,7 @@ struct rr_fs {
 		size_t n, cap;
 		atomic_uint_fast64_t blocks;	/* held by all inodes */
 		atomic_uint_fast64_t peak;	/* the most blocks held at once since the mount */
-		atomic_int push;		/* -o delalloc=hold: a writer writes all back (free space is short) */
+		pthread_mutex_t writeback;	/* one data_flush_all at a time; see the lock order */
 	} delayed __attribute__((aligned(RR_CACHELINE)));
 
 	/* Orphan list: written by unlink, final release and truncate only. */

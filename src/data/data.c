@@ -446,6 +446,8 @@ static int free_space_short(struct rr_fs *rfs)
 	return 2 * free < 3 * dirty || free < dirty + rr_hold_limits()->free_watermark;
 }
 
+static int flush_all_locked(struct rr_fs *rfs, enum rr_flush how);
+
 /*
  * And under twice them, all of it is written back before the write goes
  * on: ext4_nonda_switch's writeback_inodes_sb waits for the flusher's work,
@@ -457,10 +459,10 @@ static void free_space_push(struct rr_fs *rfs)
 	uint64_t free, dirty;
 
 	free_and_dirty(rfs, &free, &dirty);
-	if (!dirty || free >= 2 * dirty || atomic_exchange(&rfs->delayed.push, 1))
+	if (!dirty || free >= 2 * dirty || pthread_mutex_trylock(&rfs->delayed.writeback))
 		return;
-	(void)data_flush_all(rfs, RR_FLUSH_ALL);
-	atomic_store(&rfs->delayed.push, 0);
+	(void)flush_all_locked(rfs, RR_FLUSH_ALL);
+	pthread_mutex_unlock(&rfs->delayed.writeback);
 }
 
 static int64_t monotonic_secs(void)
@@ -722,12 +724,17 @@ static int wb_turn(struct rr_fs *rfs, struct wb_file *wb, uint64_t turn, int *re
 
 	if (r > 0)
 		return 1;
-	if (r) {
-		/* Listed again, so that a later tick tries once more. */
+	if (r && !*ret)
+		*ret = r;
+	/*
+	 * Listed again while it holds data: on failure, so that a later tick
+	 * tries once more; and what a writer added past the end this began
+	 * with (no longer on the list, it would otherwise wait for fsync,
+	 * close or unmount, as no kernel inode with dirty pages leaves the
+	 * flusher's lists: requeue_inode).
+	 */
+	if (r || atomic_load(&wb->ri->dbuf.blocks))
 		delay_list(rfs, wb->ri->ino);
-		if (!*ret)
-			*ret = r;
-	}
 	rr_iunpin(rfs, wb->ri);
 	return 0;
 }
@@ -740,7 +747,7 @@ static int wb_turn(struct rr_fs *rfs, struct wb_file *wb, uint64_t turn, int *re
  * by one sync(1) each get one 2048-block extent, then their tails.  A
  * background write-back stops once under the threshold (wb_over_bg_thresh).
  */
-int data_flush_all(struct rr_fs *rfs, enum rr_flush how)
+static int flush_all_locked(struct rr_fs *rfs, enum rr_flush how)
 {
 	int64_t now = monotonic_secs();
 	int due_only = how == RR_FLUSH_DUE;
@@ -790,6 +797,21 @@ int data_flush_all(struct rr_fs *rfs, enum rr_flush how)
 		delay_relist(rfs, inos, kept);
 	else
 		free(inos);
+	return ret;
+}
+
+/*
+ * One write-back of all files at a time: the files it took off the list
+ * are its own until it ends, so a sync that came meanwhile waits for it
+ * and then takes what it left (sync_filesystem waits for the flusher's work).
+ */
+int data_flush_all(struct rr_fs *rfs, enum rr_flush how)
+{
+	int ret;
+
+	pthread_mutex_lock(&rfs->delayed.writeback);
+	ret = flush_all_locked(rfs, how);
+	pthread_mutex_unlock(&rfs->delayed.writeback);
 	return ret;
 }
 
