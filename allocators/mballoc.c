@@ -1746,8 +1746,7 @@ static int mb_new_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, uin
 			STAT_INC(a, goal_hits);
 		if (ac.b_ex.len == ac.orig_goal_len)
 			STAT_INC(a, len_goal_hits);
-		if ((req->flags & RR_ALLOC_WRITEBACK) && MB_T(a, rr_writeback_whole) &&
-		    (ac.hints & MB_HINT_WINDOW) &&
+		if ((req->flags & RR_ALLOC_WRITEBACK) && (ac.hints & MB_HINT_WINDOW) &&
 		    ac.b_ex.len == ac.orig_goal_len)
 			writeback_window(a, &ac, req);
 		if (req->flags & RR_ALLOC_HINT_ONLY)

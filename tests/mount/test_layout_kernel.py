@@ -101,36 +101,34 @@ def alternate_synced_chunks(mnt):
             os.close(fd)
 
 
-def test_writeback_whole_switches_between_whole_files_and_alternating_windows():
-    """Under delalloc=close (the knob's only mode) rrfuse cannot know while the pages arrive that another file's flush
-    will come between them; rr_writeback_whole says which to assume.  On
-    (the default) a stream's first whole window grows over the free run
-    after it and both files stay whole; off, each flush takes its own 8 MiB
-    windows and the files alternate.  Here each fsync makes the kernel's
-    writeback map the file's dirty 16 MiB at once, in two 8 MiB windows:
-    rr_writeback_whole=0 is its layout, the default is not (the README
-    says so, and rrbench fidelity measures both where fio's jobs fsync at
-    once)."""
+def test_fsynced_chunks_alternate_as_the_kernels_and_stay_whole_written_at_close():
+    """Two files, each written 16 MiB at a time and fsync'd in turn.  Each
+    fsync makes the kernel's writeback map the file's dirty 16 MiB at once,
+    in two 8 MiB windows, so the files alternate; the default (data held as
+    the page cache holds it) does the same.  Under delalloc=close rrfuse
+    cannot know while the pages arrive that the other file's flush will
+    come between them: a stream's first whole window grows over the free
+    run after it (writeback_window) and both files stay whole."""
     def count(img):
         return [len(leaf_extents(img, n)) for n in ("a", "b")]
     got = {}
-    for whole in (1, 0):
+    for opts in ("", "delalloc=close"):
         image = make_image(size="1G")
         try:
-            run_mounted(image, alternate_synced_chunks, opts="delalloc=close,rr_writeback_whole=%d" % whole)
-            got[whole] = count(image)
+            run_mounted(image, alternate_synced_chunks, opts=opts)
+            got[opts] = count(image)
         finally:
             shutil.rmtree(os.path.dirname(image), ignore_errors=True)
     theirs = on_fresh_image(alternate_synced_chunks, "1G", True, count) if loop_works() else None
-    print("alternating fsynced chunks: rrfuse whole=1 %s, whole=0 %s, kernel %s"
-          % (got[1], got[0], theirs))
+    print("alternating fsynced chunks: rrfuse %s, delalloc=close %s, kernel %s"
+          % (got[""], got["delalloc=close"], theirs))
     # 128 MiB a file in one window grown to 32768 blocks (a 1 GiB image has
     # 8 groups, a backup superblock may cut one extent in two).
-    assert max(got[1]) <= 2, got
+    assert max(got["delalloc=close"]) <= 2, got
     # 8 chunks a file, each in windows of its own between the other file's.
-    assert min(got[0]) >= 8, got
+    assert min(got[""]) >= 8, got
     if theirs is not None:
-        assert all(abs(o - t) <= 2 for o, t in zip(got[0], theirs)), (got, theirs)
+        assert all(abs(o - t) <= 2 for o, t in zip(got[""], theirs)), (got, theirs)
 
 
 def copy_tree_twice(mnt):

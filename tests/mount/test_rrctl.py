@@ -32,7 +32,7 @@ DEFAULTS = {
     "mb_max_prealloc_kb": "8192", "mb_stream_req": "16", "mb_group_prealloc": "512",
     "mb_min_to_scan": "10", "mb_max_to_scan": "200", "mb_order2_req": "2",
     "mb_optimize_scan": "0",     # < 16 groups: off, as the kernel
-    "mb_best_avail_max_trim_order": "3", "mb_stats": "0", "rr_writeback_whole": "1",
+    "mb_best_avail_max_trim_order": "3", "mb_stats": "0",
     "rr_best_fit": "1",          # the kernel's choice within a group, in every mode
     "allocator": "regular",
     "alloc_trace": "",           # no trace unless -o alloc_trace=FILE
@@ -118,7 +118,7 @@ def test_list_get_set_every_tunable(fs):
     new = {"mb_stream_req": "32", "mb_group_prealloc": "1024", "mb_min_to_scan": "5",
            "mb_max_to_scan": "100", "mb_order2_req": "3", "mb_max_linear_groups": "4",
            "mb_optimize_scan": "1", "mb_best_avail_max_trim_order": "2", "mb_stats": "1",
-           "mb_max_prealloc_kb": "32768", "rr_writeback_whole": "0", "rr_best_fit": "0", "allocator": "regular",
+           "mb_max_prealloc_kb": "32768", "rr_best_fit": "0", "allocator": "regular",
            "policy_dir": "/tmp", "alloc_trace": ""}
     for k, v in new.items():
         assert rrctl(fs.mnt, "%s=%s" % (k, v)).stdout == "%s = %s\n" % (k, v)

@@ -69,7 +69,7 @@ START_TEST(set_validates_once_and_applies)
 		get(rr_alloc_tunable_name(i));
 		ck_assert_str_ne(rr_alloc_tunable_name(i), "max_prealloc_kb");
 	}
-	ck_assert_uint_eq(i, 14);
+	ck_assert_uint_eq(i, 13);
 	/* A name that is no built-in and no NAME.so in policy_dir: refused, the policy unchanged. */
 	ck_assert_int_eq(rr_alloc_set(a, "policy_dir", "/nonexistent", err, sizeof(err)), 0);
 	ck_assert_int_eq(rr_alloc_set(a, "allocator", "nope", err, sizeof(err)), -EINVAL);
