@@ -116,6 +116,7 @@ enum ev_kind { EV_REQUEST, EV_ANSWER, EV_FREE, EV_DISCARD };
 struct ev {
 	enum ev_kind kind;
 	int meta;		/* request: not file data (no HINT_DATA) */
+	int closed;		/* request: its answer says HINT_NOPREALLOC (link_answers); answer: says it */
 	int cpu;		/* the CPU the trace names */
 	uint32_t ino, len;
 	uint64_t lblk, goal, lleft, lright, pleft, pright;	/* request; free: goal = block */
@@ -158,6 +159,7 @@ static int parse_answer(const char *s, int prealloc, struct ev *e)
 		return -1;
 	e->kind = EV_ANSWER;
 	e->ino = (uint32_t)num_after(s, " inode ");
+	e->closed = strstr(s, "HINT_NOPREALLOC") != NULL;
 	e->group = rg;
 	if (prealloc || strstr(s, "HINT_GRP_ALLOC")) {
 		e->start = rs;
@@ -234,7 +236,8 @@ static int do_request(struct replay *r, const struct ev *e)
 	uint64_t end = e->lblk + e->len, seen = umap_get(&r->isize, e->ino);
 	struct rr_alloc_req req = {
 		.ino = e->ino, .lblk = e->lblk, .len = e->len, .goal = xlate_goal(r, e),
-		.flags = e->meta ? RR_ALLOC_METADATA : RR_ALLOC_DATA | RR_ALLOC_USE_ROOT_RESV,
+		.flags = e->meta ? RR_ALLOC_METADATA
+				 : RR_ALLOC_DATA | RR_ALLOC_USE_ROOT_RESV | (e->closed ? RR_ALLOC_CLOSED : 0),
 		.nbr = { .lleft = e->lleft, .pleft = xlate(r, e->pleft), .lright = e->lright,
 			 .pright = xlate(r, e->pright) },
 	};
@@ -433,6 +436,32 @@ static int open_image(const char *path, const struct rr_alloc_tunables *t, struc
 	return 0;
 }
 
+/*
+ * Whether a file was closed when it was asked for is not in its request's
+ * line; the kernel says it in the answer's flags: HINT_NOPREALLOC is what
+ * ext4_mb_group_or_file sets for a closed file's data to its end (a
+ * delayed allocation written back after close), which takes exactly what
+ * it asks for and no window.  Each answer marks the last request of its
+ * inode before it, so that the replay asks as the kernel did.
+ */
+static int link_answers(struct ev *v, size_t n)
+{
+	struct umap last = { 0 };
+	size_t i;
+	uint64_t k;
+
+	for (i = 0; i < n; i++) {
+		if (v[i].kind == EV_REQUEST && !v[i].meta && umap_put(&last, v[i].ino, i))
+			break;
+		if (v[i].kind == EV_ANSWER && (k = umap_get(&last, v[i].ino)) != NO_VAL) {
+			v[k].closed = v[i].closed;
+			umap_put(&last, v[i].ino, NO_VAL);
+		}
+	}
+	umap_free(&last);
+	return i < n ? -1 : 0;
+}
+
 static void replay_all(struct replay *r, const struct ev *v, size_t n)
 {
 	size_t i;
@@ -490,6 +519,11 @@ int main(int argc, char *argv[])
 	v = load(argv[optind], dev[0] ? dev : NULL, &n);
 	if (!v)
 		return 1;
+	if (link_answers(v, n)) {
+		fprintf(stderr, "rrreplay: out of memory\n");
+		free(v);
+		return 1;
+	}
 	if (out) {
 		FILE *f = fopen(out, "we");
 

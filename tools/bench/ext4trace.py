@@ -123,6 +123,105 @@ def placed(rec):
     return {"group": r["group"], "start": r["start"] + lo - r["lblk"], "len": max(hi - lo, 0), "lblk": lo}
 
 
+def data_requests(recs):
+    """Each data request (ext4_request_blocks with HINT_DATA) with the answer the
+    allocator gave it: [{"req": record, "ans": record or None, "placed": extent or
+    None}], in the trace's order.  A request and its answer are on one task (the
+    answer is traced as the allocation context is released, after any other
+    task's lines may have come between), and the answer's ``orig`` repeats the
+    request's logical block: the answer is the next one of that (pid, inode,
+    logical block).  Metadata requests (extent-tree nodes, directories: no
+    HINT_DATA on the kernel's side, inode 0 on rrfuse's) are left out: the two
+    sides do not name them alike."""
+    out, waiting = [], {}
+    for r in recs:
+        if r["event"] == "ext4_request_blocks":
+            if "HINT_DATA" in r["flagset"]:
+                e = {"req": r, "ans": None, "placed": None}
+                out.append(e)
+                waiting.setdefault((r["pid"], r["ino"], r["lblk"]), []).append(e)
+        elif r["event"] in ("ext4_mballoc_alloc", "ext4_mballoc_prealloc"):
+            q = waiting.get((r["pid"], r["ino"], r["orig"]["lblk"]))
+            if q:
+                e = q.pop(0)
+                e["ans"], e["placed"] = r, placed(r)
+    return out
+
+
+def pair(ka, kb):
+    """Pairs the data requests of two traces of one workload (kernel's: ka,
+    rrfuse's: kb; lists from data_requests) by (inode, logical block).
+
+    Concurrency reorders requests: two writers' requests interleave differently
+    on each side, and a flusher's turn falls elsewhere, so pairing is by key and
+    never by position.  A key asked more than once (a file rewritten, an inode
+    number reused after a delete, a request answered short and asked again for
+    its rest is another key) is paired in order of occurrence per key: the n-th
+    request for a key on one side with the n-th on the other.  What is left on
+    either side is unpaired.  Returns [(a, b)] in the order of ka, and the
+    unpaired of each side."""
+    by_key = {}
+    for e in kb:
+        by_key.setdefault((e["req"]["ino"], e["req"]["lblk"]), []).append(e)
+    pairs, only_a = [], []
+    for e in ka:
+        q = by_key.get((e["req"]["ino"], e["req"]["lblk"]))
+        if q:
+            pairs.append((e, q.pop(0)))
+        else:
+            only_a.append(e)
+    left = {id(e) for q in by_key.values() for e in q}
+    only_b = [e for e in kb if id(e) in left]
+    return pairs, only_a, only_b
+
+
+def _same(a, b, what):
+    pa, pb = a["placed"], b["placed"]
+    if pa is None or pb is None:
+        return pa is None and pb is None
+    if what == "start":
+        return (pa["group"], pa["start"]) == (pb["group"], pb["start"])
+    return pa[what] == pb[what]
+
+
+def describe(e):
+    """One request and where it went: ino 12 lblk 0 len 16 -> 1/2048+16 (prealloc)."""
+    r, p = e["req"], e["placed"]
+    head = "ino %d lblk %d len %d goal %d" % (r["ino"], r["lblk"], r["len"], r["goal"])
+    if p is None:
+        return head + " -> (no answer)"
+    how = "prealloc" if e["ans"]["event"] == "ext4_mballoc_prealloc" else e["ans"]["cr"]
+    return head + " -> %d/%d+%d (%s)" % (p["group"], p["start"], p["len"], how)
+
+
+def compare(kernel_recs, rrfuse_recs, context=2):
+    """Request-by-request comparison of two traces of one workload: counts, the
+    shares of paired requests placed at the same start, in the same group and
+    with the same length, and the first divergence (in the kernel's order) with
+    the requests around it on both sides."""
+    ka, kb = data_requests(kernel_recs), data_requests(rrfuse_recs)
+    pairs, only_a, only_b = pair(ka, kb)
+    n = len(pairs)
+    res = {"kernel_requests": len(ka), "rrfuse_requests": len(kb), "paired": n,
+           "unpaired_kernel": len(only_a), "unpaired_rrfuse": len(only_b)}
+    for what in ("start", "group", "len"):
+        same = sum(_same(a, b, what) for a, b in pairs)
+        res["same_" + what] = same
+        res["same_%s_pct" % what] = round(100.0 * same / n, 1) if n else None
+    res["first_divergence"] = None
+    for i, (a, b) in enumerate(pairs):
+        if not _same(a, b, "start"):
+            lo, hi = max(0, i - context), min(n, i + context + 1)
+            res["first_divergence"] = {
+                "index": i, "of": n,
+                "around": [{"mark": "> " if j == i else "  ", "kernel": describe(pairs[j][0]),
+                            "rrfuse": describe(pairs[j][1])} for j in range(lo, hi)]}
+            break
+    for name, side in (("first_unpaired_kernel", only_a), ("first_unpaired_rrfuse", only_b)):
+        res[name] = [describe(e) for e in side[:context + 1]]
+    return res
+
+
 def summary(recs):
     """Counts by event, and the blocks requested, found by searches, used from preallocations and freed."""
     s = {e: 0 for e in EVENTS}
