@@ -2301,7 +2301,25 @@ static void cb_stats(ext2_filsys fs, blk64_t blk, int inuse)
 	cb_stats_range(fs, blk, 1, inuse);
 }
 
-/* libext2fs wants one block for its own metadata: choose it, libext2fs accounts it. */
+void rr_alloc_tree_goal(struct rr_alloc *a, ext2_ino_t ino, uint64_t goal, unsigned int keep)
+{
+	a->tree.ino = ino;
+	a->tree.goal = goal;
+	a->tree.keep = keep;
+	a->tree.on = 1;
+}
+
+void rr_alloc_tree_done(struct rr_alloc *a)
+{
+	a->tree.on = 0;
+}
+
+/*
+ * libext2fs wants one block for its own metadata: choose it, libext2fs
+ * accounts it.  An extent-tree block of an insertion the caller described
+ * (rr_alloc_tree_goal) goes to that goal and is the inode's, as the
+ * kernel's ext4_new_meta_blocks asks for it.
+ */
 static errcode_t cb_get_alloc_block(ext2_filsys fs, blk64_t goal, blk64_t *ret)
 {
 	struct rr_alloc *a = fs->priv_data;
@@ -2309,6 +2327,13 @@ static errcode_t cb_get_alloc_block(ext2_filsys fs, blk64_t goal, blk64_t *ret)
 				    .flags = RR_ALLOC_METADATA | RR_ALLOC_HINT_ONLY };
 	struct rr_extent ex;
 
+	if (a->tree.on) {
+		req.ino = a->tree.ino;
+		if (a->tree.keep)
+			a->tree.keep--;
+		else
+			req.goal = a->tree.goal;
+	}
 	if (rr_alloc_blocks(a, &req, &ex))
 		return EXT2_ET_BLOCK_ALLOC_FAIL;
 	*ret = ex.pblk;

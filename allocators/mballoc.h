@@ -351,6 +351,18 @@ struct rr_alloc {
 	atomic_int tracing;
 	struct mb_trace trace;
 
+	/*
+	 * The extent-tree blocks libext2fs asks for while a caller inserts
+	 * into ino's tree (rr_alloc_tree_goal): the first keep at libext2fs's
+	 * own goal, the others at goal; off: libext2fs's goal.  fs lock.
+	 */
+	struct {
+		ext2_ino_t ino;
+		uint64_t goal;
+		unsigned int keep;
+		int on;
+	} tree;
+
 	void *old_priv;
 	errcode_t (*old_get_alloc_block)(ext2_filsys, blk64_t, blk64_t *);
 	errcode_t (*old_new_range)(ext2_filsys, int, blk64_t, blk64_t, blk64_t *, blk64_t *);

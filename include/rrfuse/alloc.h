@@ -173,6 +173,16 @@ void rr_alloc_set_lock(struct rr_alloc *a, void (*lock)(void *), void (*unlock)(
  */
 void rr_alloc_mapped(struct rr_alloc *a, uint64_t pblk, uint32_t len);
 /*
+ * The caller is about to insert into ino's extent tree, and libext2fs may
+ * split it: the tree blocks it allocates go near goal, as the kernel's
+ * ext4_ext_new_meta_block puts them near the data being mapped
+ * (ext4_ext_find_goal), except the first keep, which keep libext2fs's own
+ * goal (a tree grown in depth: both put that block just before the old
+ * root's first child), until rr_alloc_tree_done.  fs lock held.
+ */
+void rr_alloc_tree_goal(struct rr_alloc *a, ext2_ino_t ino, uint64_t goal, unsigned int keep);
+void rr_alloc_tree_done(struct rr_alloc *a);
+/*
  * With the fs lock about to be dropped: blocks chosen for libext2fs's own
  * allocations (its callbacks) that it did not account after all go back.
  */

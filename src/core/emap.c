@@ -433,14 +433,59 @@ static int joins(const struct ext2fs_extent *a, const struct ext2fs_extent *b, u
 }
 
 /*
+ * h is on the extent at or before lblk (or its leaf's first), as
+ * ext2fs_extent_goto leaves it; if the leaf is full, the insertion splits
+ * the tree: tell the allocator where the kernel would put the new blocks.
+ * ext4_ext_split puts each near the data being mapped (ext4_ext_find_goal:
+ * the nearest extent's block plus the logical distance); libext2fs aims
+ * just before the leaf's first extent, which for a file mapped in order is
+ * the start of the file.  When every level is full the tree first grows in
+ * depth, one block more: libext2fs's goal for it is the kernel's (before
+ * the root's first child), unless the root is the leaf, which the kernel
+ * moves where the inode's data starts (ext4_ext_grow_indepth).  The
+ * handle is back on its extent after.
+ */
+static void tree_split_goal(struct rr_fs *rfs, ext2_ino_t ino, ext2_extent_handle_t h, uint64_t lblk,
+			    const struct ext2fs_extent *cur)
+{
+	struct ext2_extent_info info;
+	struct ext2fs_extent up;
+	uint64_t goal, first = rfs->fs->super->s_first_data_block;
+	unsigned int keep = 1;
+	int level;
+
+	/* Without an allocator (unit tests) libext2fs allocates, with its own goals. */
+	if (!rfs->alloc || ext2fs_extent_get_info(h, &info) || info.num_entries < info.max_entries)
+		return;
+	if (!info.max_depth) {
+		rr_alloc_tree_goal(rfs->alloc, ino, inode_goal(rfs, ino), 0);
+		return;
+	}
+	if (cur->e_lblk <= lblk)
+		goal = cur->e_pblk + (lblk - cur->e_lblk);
+	else
+		goal = cur->e_pblk >= cur->e_lblk - lblk ? cur->e_pblk - (cur->e_lblk - lblk) : first;
+	if (goal < first || goal >= ext2fs_blocks_count(rfs->fs->super))
+		goal = first;	/* as mballoc takes a goal off the filesystem */
+	for (level = info.curr_level; level > 0 && keep; level--) {
+		if (ext2fs_extent_get(h, EXT2_EXTENT_UP, &up) || ext2fs_extent_get_info(h, &info) ||
+		    info.num_entries < info.max_entries)
+			keep = 0;
+	}
+	if (info.curr_level != info.max_depth)
+		(void)ext2fs_extent_goto(h, lblk);	/* NOT_FOUND: back on cur */
+	rr_alloc_tree_goal(rfs->alloc, ino, goal, keep);
+}
+
+/*
  * Insert one extent of at most the maximum length into the tree, merged
  * with the extent before and/or after it in the leaf when they are
  * contiguous, as the kernel's ext4_ext_try_to_merge does: parallel writes
  * of one stream arrive out of order, and without the merge a file written
  * in one go would keep one extent per write.
  */
-static errcode_t tree_insert(ext2_extent_handle_t h, uint64_t lblk, uint64_t pblk, uint32_t len,
-				 int uninit)
+static errcode_t tree_insert(struct rr_fs *rfs, ext2_ino_t ino, ext2_extent_handle_t h, uint64_t lblk,
+			     uint64_t pblk, uint32_t len, int uninit)
 {
 	struct ext2fs_extent cur, right, nx = { .e_pblk = pblk, .e_lblk = lblk, .e_len = len,
 						.e_flags = uninit ? EXT2_EXTENT_FLAGS_UNINIT : 0 };
@@ -458,6 +503,7 @@ static errcode_t tree_insert(ext2_extent_handle_t h, uint64_t lblk, uint64_t pbl
 		return ext2fs_extent_insert(h, 0, &nx) ?: ext2fs_extent_fix_parents(h);
 	if (err)
 		return err;
+	tree_split_goal(rfs, ino, h, lblk, &cur);
 	if (cur.e_lblk > lblk) {
 		right = cur;		/* before the leaf's first extent */
 		have_right = 1;
@@ -700,7 +746,9 @@ int emap_tree_map(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in
 
 		err = ext2fs_extent_open2(fs, ino, (struct ext2_inode *)in, &h);
 		if (!err) {
-			err = tree_insert(h, lblk, pblk, len, uninit);
+			err = tree_insert(rfs, ino, h, lblk, pblk, len, uninit);
+			if (rfs->alloc)
+				rr_alloc_tree_done(rfs->alloc);
 			ext2fs_extent_free(h);
 		}
 	} else if (uninit) {
