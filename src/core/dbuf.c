@@ -10,6 +10,16 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+/*
+ * A run of up to HEAP_MAX bytes lives on the heap: scattered small writes
+ * (a sparse file's) make one run each, and were each a mapping the
+ * process's would run out (vm.max_map_count, 65530) long before the
+ * kernel's page cache would stop holding such pages.  Larger runs are
+ * mappings, at most MAPS_MAX of them at once; past that the writer's
+ * buffer goes out (-ENOMEM).
+ */
+#define HEAP_MAX (32u << 10)
+#define MAPS_MAX 16384
 #define MIN_MAP (64u << 10)
 /*
  * Freed mappings of MIN_MAP up to POOL_MAX bytes (powers of two) are kept,
@@ -32,6 +42,15 @@ static struct {
 	unsigned int n[POOL_SIZES];			/* protected by lock */
 } pool = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
+/* The mappings made here and not yet unmapped, the pool's included. */
+static atomic_uint maps;
+
+/* Memory of this size is the heap's: a mapping starts larger and never shrinks to it (dbuf_consume). */
+static int on_heap(size_t bytes)
+{
+	return bytes <= HEAP_MAX;
+}
+
 /* The pool's size class for a mapping of bytes, or -1 when it keeps none such. */
 static int pool_class(size_t bytes)
 {
@@ -43,11 +62,13 @@ static int pool_class(size_t bytes)
 	return -1;
 }
 
-/* A mapping's size: whole pages, and up to POOL_MAX a power of two the pool can keep. */
+/* A run's memory: whole pages, and from MIN_MAP up to POOL_MAX a power of two the pool can keep. */
 static size_t page_round(size_t bytes)
 {
 	size_t pg = (size_t)sysconf(_SC_PAGESIZE), sz = MIN_MAP;
 
+	if (on_heap(bytes))
+		return (bytes + pg - 1) & ~(pg - 1);
 	if (bytes <= POOL_MAX) {
 		while (sz < bytes)
 			sz <<= 1;
@@ -62,6 +83,13 @@ static char *mem_new(size_t bytes)
 	char *buf = NULL;
 	void *p;
 
+	if (on_heap(bytes)) {
+		/* Page aligned, as a device opened O_DIRECT takes it. */
+		buf = aligned_alloc((size_t)sysconf(_SC_PAGESIZE), bytes);
+		if (buf)
+			memset(buf, 0, bytes);
+		return buf;
+	}
 	if (c >= 0) {
 		pthread_mutex_lock(&pool.lock);
 		if (pool.n[c])
@@ -70,8 +98,16 @@ static char *mem_new(size_t bytes)
 		if (buf)
 			return buf;
 	}
+	if (atomic_fetch_add(&maps, 1) >= MAPS_MAX) {
+		atomic_fetch_sub(&maps, 1);
+		return NULL;
+	}
 	p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	return p == MAP_FAILED ? NULL : p;
+	if (p == MAP_FAILED) {
+		atomic_fetch_sub(&maps, 1);
+		return NULL;
+	}
+	return p;
 }
 
 /* Past 2 MiB a buffer is likely a big file's: huge pages fault in 512 times less often. */
@@ -86,6 +122,10 @@ static void mem_free(char *buf, size_t mapped, size_t used)
 {
 	int c = pool_class(mapped);
 
+	if (on_heap(mapped)) {
+		free(buf);
+		return;
+	}
 	if (c >= 0) {
 		memset(buf, 0, used < mapped ? used : mapped);
 		pthread_mutex_lock(&pool.lock);
@@ -98,6 +138,7 @@ static void mem_free(char *buf, size_t mapped, size_t used)
 			return;
 	}
 	munmap(buf, mapped);
+	atomic_fetch_sub(&maps, 1);
 }
 
 static void run_free(struct rr_drun *r, unsigned int bbits)
@@ -178,6 +219,34 @@ static int insert_slot(struct rr_dbuf *d, uint32_t i)
 }
 
 /*
+ * Room in r's memory for bytes (at least twice what it had): a mapping
+ * grows in place or moves without a copy (mremap); a run on the heap is
+ * copied into new memory, only its blocks: the rest is zero there.
+ */
+static int grow(struct rr_drun *r, unsigned int bbits, size_t bytes)
+{
+	size_t mapped = page_round(bytes > 2 * r->mapped ? bytes : 2 * r->mapped);
+	char *p;
+
+	if (on_heap(r->mapped)) {
+		p = mem_new(mapped);
+		if (!p)
+			return -ENOMEM;
+		memcpy(p, r->buf, (size_t)r->n << bbits);
+		mem_free(r->buf, r->mapped, 0);
+		r->hw = r->n;
+	} else {
+		p = mremap(r->buf, r->mapped, mapped, MREMAP_MAYMOVE);
+		if (p == MAP_FAILED)
+			return -ENOMEM;
+	}
+	r->buf = p;
+	r->mapped = mapped;
+	mem_advise(r->buf, mapped);
+	return 0;
+}
+
+/*
  * Make the buffer hold blocks [first, end) as part of one run; returns
  * that run's index or -ENOMEM.  New blocks are zero.
  */
@@ -215,17 +284,8 @@ static int64_t cover(struct rr_dbuf *d, unsigned int bbits, uint64_t first, uint
 		 */
 		uint64_t n = (end > run_end(&d->v[j - 1]) ? end : run_end(&d->v[j - 1])) - r->lblk;
 
-		if ((n << bbits) > r->mapped) {
-			size_t mapped = page_round((size_t)n << bbits > 2 * r->mapped ?
-						   (size_t)n << bbits : 2 * r->mapped);
-			void *p = mremap(r->buf, r->mapped, mapped, MREMAP_MAYMOVE);
-
-			if (p == MAP_FAILED)
-				return -ENOMEM;
-			r->buf = p;
-			r->mapped = mapped;
-			mem_advise(r->buf, mapped);
-		}
+		if ((n << bbits) > r->mapped && grow(r, bbits, (size_t)n << bbits))
+			return -ENOMEM;
 		if (n > r->n) {
 			/* Blocks used before (a truncate, a flush) hold old bytes; the rest is still zero. */
 			if (r->hw > r->n)
@@ -345,7 +405,7 @@ void dbuf_consume(struct rr_dbuf *d, unsigned int bbits, uint32_t i, uint32_t n)
 		 * big file's buffer goes out in requests of a few MiB, and
 		 * moving the rest down each time costs as much as the file.
 		 */
-		if (cut % (size_t)sysconf(_SC_PAGESIZE) == 0) {
+		if (cut % (size_t)sysconf(_SC_PAGESIZE) == 0 && !on_heap(r->mapped - cut)) {
 			munmap(r->buf, cut);
 			r->buf += cut;
 			r->mapped -= cut;

@@ -17,9 +17,10 @@
 #include <stdint.h>
 
 /*
- * A run's memory is its own anonymous mapping: page aligned (so a device
- * opened O_DIRECT takes it without a bounce), grown by mremap without a
- * copy, zero where never written, and back to the system when freed.
+ * A run's memory is page aligned (so a device opened O_DIRECT takes it
+ * without a bounce) and zero where never written: a small run's on the
+ * heap, a larger one its own anonymous mapping, grown by mremap without a
+ * copy and back to the system when freed (dbuf.c says when).
  */
 struct rr_drun {
 	uint64_t lblk;

@@ -54,7 +54,16 @@ static const char zero_block[65536];
  */
 #define DELAY_INODE_MAX (8ULL << 20)
 #define DELAY_TOTAL_MAX (256ULL << 20)
-#define DELAY_RUNS_MAX 1024
+/*
+ * Runs a file's buffer may hold: scattered writes of a sparse file, held
+ * until its fsync as the page cache holds them (4096 random 4 KiB writes:
+ * 3819 runs), so that the file is mapped in one pass as by the kernel's
+ * writeback, not in several as the cap sends it out (each pass past the
+ * first splits full leaves of its extent tree: 15-19 tree blocks against
+ * the kernel's 13).  The memory is bounded by the dirty limits; mappings
+ * by dbuf.c.
+ */
+#define DELAY_RUNS_MAX 65536
 /*
  * ext4's writepages maps at most this many blocks per allocation request
  * (MAX_WRITEPAGES_EXTENT_LEN): held data goes out in requests of this size,
@@ -537,7 +546,6 @@ static int64_t delay_write(struct rr_fs *rfs, struct rr_inode *ri, const char *s
 
 	if (n > UINT32_MAX / 2)
 		n = UINT32_MAX / 2;
-	/* Each run is a mapping: scattered writes must not use up the process's. */
 	if (ri->dbuf.cnt >= DELAY_RUNS_MAX)
 		return -ENOMEM;
 	want = dbuf_missing(&ri->dbuf, lblk, n);
