@@ -1415,7 +1415,7 @@ static void ac_normalize(struct rr_alloc *a, struct mb_ac *ac, const struct rr_a
 
 	if ((end > isize_blk ? end : isize_blk) > MB_T(a, mb_stream_req))
 		ac->hints |= MB_HINT_STREAM;
-	/* No block of the file on either side: its first window (regular.c tries its goal group first). */
+	/* No block of the file on either side: its first window (a hint for policies: RRP_FIRST_WINDOW). */
 	if (!req->nbr.pleft && !req->nbr.pright)
 		ac->hints |= MB_HINT_FIRST_WINDOW;
 	ac->hints |= MB_HINT_WINDOW;
@@ -1710,7 +1710,7 @@ static int mb_new_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, uin
 		return 0;
 	}
 	small = file_data && group_alloc(a, req, len);
-	exact = file_data && !small && closed_to_end(a, req);
+	exact = file_data && !small && (closed_to_end(a, req) || (req->flags & RR_ALLOC_EXACT));
 	if (small && lg_use(a, mb_cpu_slot(a), len, req->goal, out)) {
 		stat_pa_hit(a, req, len, out);
 		if (MB_TRACING(a))

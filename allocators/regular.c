@@ -9,9 +9,7 @@
  *     so concurrent large files fill groups one after another instead of
  *     all fighting over their inodes' groups.
  *  3. The criteria cascade, cheapest first: CR_POWER2_ALIGNED (a buddy
- *     chunk of exactly the goal's power-of-two order; a file's first
- *     window tries its goal group at CR_GOAL_LEN_FAST before it, where
- *     rrfuse parts from the kernel: see regular_choose), CR_GOAL_LEN_FAST
+ *     chunk of exactly the goal's power-of-two order), CR_GOAL_LEN_FAST
  *     (groups whose average free fragment holds the goal), for data
  *     CR_BEST_AVAIL_LEN (the same with the goal trimmed to smaller powers
  *     of two, at most mb_best_avail_max_trim_order halvings and never
@@ -188,24 +186,6 @@ static int regular_choose(struct rrp_engine *e, void *priv, const struct rrp_req
 	}
 	/* A search: have the groups ahead loaded, so the lists know them. */
 	rrp_prefetch(e, c.group);
-	/*
-	 * A file's first window first tries its goal group for any run that
-	 * holds it, before the aligned criterion sends it to an aligned buddy
-	 * chunk elsewhere.  The kernel allocates most files after they are
-	 * closed (delayed allocation) with a request of exactly their size,
-	 * rarely a power of two, which the goal-length criterion puts in the
-	 * first run that holds it, holes included; this window is asked for
-	 * while the file is written, rounded up to a power of two, and aged
-	 * images kept about twice the kernel's free extents
-	 * (tests/mount/test_aging.py).  Only the goal group: not aligning first
-	 * windows anywhere closed more of that gap but cost interleaved
-	 * streams (rrbench W4) 14 % of their write speed and 2.4x the extents,
-	 * as both streams then started side by side.  Not in a flex group's
-	 * metadata group (the goal of a file's first window on a fresh image),
-	 * which data leaves alone.
-	 */
-	if ((r->flags & RRP_FIRST_WINDOW) && c.two_order && !rrp_flex_meta_group(e, c.group))
-		try_group(&c, c.group, RRP_CR_GOAL_LEN_FAST);
 	for (cr = c.two_order ? RRP_CR_POWER2_ALIGNED : RRP_CR_GOAL_LEN_FAST;
 	     cr < RRP_NUM_CRS && !rrp_search_done(c.s); cr++) {
 		int done;

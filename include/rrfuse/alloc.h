@@ -62,6 +62,12 @@
  * writeback_window in allocators/mballoc.c).
  */
 #define RR_ALLOC_WRITEBACK	0x0100
+/*
+ * DATA: exactly this, no window and no preallocation (fallocate of a
+ * range one extent can hold: ext4_alloc_file_blocks's
+ * EXT4_GET_BLOCKS_NO_NORMALIZE, which mballoc sees as HINT_NOPREALLOC).
+ */
+#define RR_ALLOC_EXACT		0x0200
 
 /* The file's allocated blocks around a hole, for normalisation (kernel: lleft/pleft, lright/pright). */
 struct rr_alloc_nbr {

@@ -1136,7 +1136,9 @@ static uint64_t count_holes(struct rr_fs *rfs, struct rr_inode *ri, uint64_t fir
 /*
  * Allocate unwritten extents over the holes of blocks [first, first+n),
  * and nothing outside them (libext2fs's ext2fs_fallocate fills the whole
- * hole up to the next extent).  As ext4: extent-mapped files only; when
+ * hole up to the next extent).  As ext4: a range one extent can hold is
+ * asked for exactly (no window, nothing preallocated), a longer one in
+ * normalised requests; extent-mapped files only; when
  * the space is not there, ENOSPC before anything is taken; should the
  * extent tree find no room halfway, what is mapped stays mapped and
  * accounted, and the call fails with that error.  Caller holds rw.
@@ -1145,7 +1147,8 @@ static int alloc_unwritten(struct rr_fs *rfs, struct rr_inode *ri, uint64_t firs
 			   int root)
 {
 	uint64_t need = count_holes(rfs, ri, first, n), lblk = first, end = first + n;
-	unsigned int flags = RR_ALLOC_DATA | RR_ALLOC_NOLOCK | (root ? RR_ALLOC_USE_ROOT_RESV : 0);
+	unsigned int flags = RR_ALLOC_DATA | RR_ALLOC_NOLOCK | (root ? RR_ALLOC_USE_ROOT_RESV : 0) |
+			     (n <= EXT_UNINIT_MAX_LEN ? RR_ALLOC_EXACT : 0);
 	int ret = 0;
 
 	if (!need)

@@ -464,12 +464,14 @@ START_TEST(rralloc_stream_follows_file)
 END_TEST
 
 /*
- * A file's first window (no block of it on either side) tries its goal
- * group at the goal-length criterion before the aligned one, as the
- * kernel's exact request for a closed file would; a window continuing a
- * file still goes straight to the aligned criterion.
+ * A file's first window (no block of it on either side) goes to the
+ * aligned criterion as any window does, as the kernel's: until 2026-12-07
+ * regular tried its goal group at the goal-length criterion first, for
+ * files allocated while written (delalloc=close), which made aged images
+ * less fragmented than the kernel's (test_aging's fsync mode: 193-238 free
+ * extents against 247-272; without it 246-274).
  */
-START_TEST(first_window_goal_group_first)
+START_TEST(first_window_aligned_as_any)
 {
 	struct rr_alloc_req req = { .ino = 31, .len = 32, .lblk = 32, .isize = 64 * 4096,
 				    .flags = RR_ALLOC_DATA };
@@ -491,7 +493,7 @@ START_TEST(first_window_goal_group_first)
 	ck_assert_uint_eq(atomic_load(&a->stats.cr_hits[CR_POWER2_ALIGNED]), 1);
 	g = (uint32_t)ext2fs_group_of_blk2(fs, ex.pblk);
 	ck_assert_uint_ne(g, 0);
-	/* A new file's first window: its stream goal group (g, shared slot) at CR_GOAL_LEN_FAST. */
+	/* A new file's first window: an aligned chunk too. */
 	memset(&req, 0, sizeof(req));
 	req.ino = 31 + a->nr_last_groups;	/* the same stream slot as 31 */
 	req.len = 32;
@@ -499,9 +501,9 @@ START_TEST(first_window_goal_group_first)
 	req.flags = RR_ALLOC_DATA;
 	ck_assert_int_eq(rr_alloc_blocks(a, &req, &ex), 0);
 	ck_assert_uint_eq(ex.len, 32);
-	ck_assert_uint_eq(ext2fs_group_of_blk2(fs, ex.pblk), g);
-	ck_assert_uint_eq(atomic_load(&a->stats.cr_hits[CR_GOAL_LEN_FAST]), 1);
-	ck_assert_uint_eq(atomic_load(&a->stats.cr_hits[CR_POWER2_ALIGNED]), 1);
+	ck_assert_uint_eq(ex.pblk % 32, 0);
+	ck_assert_uint_eq(atomic_load(&a->stats.cr_hits[CR_GOAL_LEN_FAST]), 0);
+	ck_assert_uint_eq(atomic_load(&a->stats.cr_hits[CR_POWER2_ALIGNED]), 2);
 }
 END_TEST
 
@@ -518,7 +520,7 @@ int main(void)
 	tcase_add_test(tc, free_inside_prealloc);
 	tcase_add_test(tc, enospc_discards_and_retries);
 	tcase_add_test(tc, criteria);
-	tcase_add_test(tc, first_window_goal_group_first);
+	tcase_add_test(tc, first_window_aligned_as_any);
 	tcase_add_test(tc, snuggest_run);
 	tcase_add_test(tc, locality_group);
 	tcase_add_test(tc, policies_spread_or_not);
