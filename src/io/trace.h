@@ -14,8 +14,7 @@
 
 enum trace_kind {
 	TRACE_DATA = 'd',	/* file data */
-	TRACE_META = 'm',	/* metadata (libext2fs, the superblock, the orphan file) */
-	TRACE_JOURNAL = 'j',	/* the journal, once rrfuse writes one */
+	TRACE_META = 'm',	/* metadata (libext2fs, the superblock, the orphan file, the journal) */
 	TRACE_NONE = '-',	/* flushes and discards, which are of no one kind */
 };
 
