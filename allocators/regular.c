@@ -149,6 +149,20 @@ static int scan_optimized(struct cascade *c, int cr)
 	}
 }
 
+/*
+ * The search's result.  Kernel 6.17: the next stream of this slot starts
+ * where this one's blocks came from, whether the goal or a search found
+ * them (ext4_mb_use_best_found serves both).
+ */
+static int found(struct cascade *c, uint64_t first, struct rrp_extent *out)
+{
+	if (rrp_search_result(c->s, out))
+		return -1;
+	if (c->r->flags & RRP_STREAM)
+		rrp_set_stream_group(c->e, c->r->ino, (uint32_t)((out->start - first) / rrp_blocks_per_group(c->e)));
+	return 0;
+}
+
 static int regular_choose(struct rrp_engine *e, void *priv, const struct rrp_request *r, struct rrp_extent *out)
 {
 	struct cascade c = {
@@ -175,7 +189,7 @@ static int regular_choose(struct rrp_engine *e, void *priv, const struct rrp_req
 	 */
 	if ((r->flags & RRP_HAS_GOAL) && (!(r->flags & RRP_WINDOW) || (r->flags & RRP_MERGE_GOAL)) &&
 	    rrp_search_at_goal(c.s))
-		return rrp_search_result(c.s, out);
+		return found(&c, first, out);
 	/* Only requests of 2^order2_req blocks or more are worth aligning. */
 	c.two_order = rrp_search_order(c.s);
 	c.group = (uint32_t)((c.goal - first) / rrp_blocks_per_group(e));
@@ -200,12 +214,7 @@ static int regular_choose(struct rrp_engine *e, void *priv, const struct rrp_req
 		if (!done)
 			rrp_search_exhausted(c.s, cr);
 	}
-	if (rrp_search_result(c.s, out))
-		return -1;
-	/* Kernel 6.17: the next stream of this slot starts where this one's blocks came from. */
-	if (r->flags & RRP_STREAM)
-		rrp_set_stream_group(e, r->ino, (uint32_t)((out->start - first) / rrp_blocks_per_group(e)));
-	return 0;
+	return found(&c, first, out);
 }
 
 const struct rrp_policy rrp_policy_regular = {

@@ -117,6 +117,8 @@ struct ev {
 	enum ev_kind kind;
 	int meta;		/* request: not file data (no HINT_DATA) */
 	int closed;		/* request: its answer says HINT_NOPREALLOC (link_answers); answer: says it */
+	uint64_t wend;		/* request: where its answer's window ends, an open file's (0: none) */
+	uint32_t wlen;		/* request: that window's length */
 	int cpu;		/* the CPU the trace names */
 	uint32_t ino, len;
 	uint64_t lblk, goal, lleft, lright, pleft, pright;	/* request; free: goal = block */
@@ -147,6 +149,23 @@ static uint64_t num_after(const char *s, const char *key)
 }
 
 /* The request's own part of an answer line's result: ext4trace.placed() in C. */
+/*
+ * An open file's window, as the answer's normalised goal gives it (none
+ * for a closed or a small file's): the replay's clue to the file's size,
+ * which no trace line has (do_request).
+ */
+static void stream_window(const char *s, struct ev *e)
+{
+	const char *g = strstr(s, " goal ");
+	unsigned int gl, glb;
+	int gg, gs;
+
+	if (strstr(s, "STREAM_ALLOC") && g && sscanf(g, " goal %d/%d/%u@%u", &gg, &gs, &gl, &glb) == 4) {
+		e->wend = (uint64_t)glb + gl;
+		e->wlen = gl;
+	}
+}
+
 static int parse_answer(const char *s, int prealloc, struct ev *e)
 {
 	unsigned int og, ol, olb, rg, rl, rlb;
@@ -161,6 +180,7 @@ static int parse_answer(const char *s, int prealloc, struct ev *e)
 	e->ino = (uint32_t)num_after(s, " inode ");
 	e->closed = strstr(s, "HINT_NOPREALLOC") != NULL;
 	e->group = rg;
+	stream_window(s, e);
 	if (prealloc || strstr(s, "HINT_GRP_ALLOC")) {
 		e->start = rs;
 		e->len = ol < rl ? ol : rl;
@@ -243,8 +263,23 @@ static int do_request(struct replay *r, const struct ev *e)
 	};
 	unsigned int i = r->npend < 64 ? r->npend++ : 63;
 
+	/* Small files share their CPU's locality group: the trace's CPU, not ours. */
+	rr_alloc_use_cpu(e->cpu);
 	if (seen == NO_VAL || seen < end)
 		umap_put(&r->isize, e->ino, seen = end);
+	/*
+	 * The kernel's window follows the file's size (ext4_mb_normalize_request:
+	 * a file written in full before its writeback asks 8 MiB windows from
+	 * its first request on, where the blocks seen so far would give 4 MiB):
+	 * a size its window covers, up to 2 MiB; from 4 MiB the table picks a
+	 * window for sizes past it, so one block more.
+	 */
+	if (e->wend) {
+		uint64_t hint = e->wend + ((uint64_t)e->wlen * r->bsize >= (4u << 20));
+
+		if (hint > seen)
+			umap_put(&r->isize, e->ino, seen = hint);
+	}
 	req.isize = seen * r->bsize;
 	r->reqs++;
 	r->pend[i].ino = e->ino;
@@ -455,6 +490,8 @@ static int link_answers(struct ev *v, size_t n)
 			break;
 		if (v[i].kind == EV_ANSWER && (k = umap_get(&last, v[i].ino)) != NO_VAL) {
 			v[k].closed = v[i].closed;
+			v[k].wend = v[i].wend;
+			v[k].wlen = v[i].wlen;
 			umap_put(&last, v[i].ino, NO_VAL);
 		}
 	}
@@ -467,11 +504,8 @@ static void replay_all(struct replay *r, const struct ev *v, size_t n)
 	size_t i;
 
 	for (i = 0; i < n; i++) {
-		if (v[i].kind == EV_REQUEST) {
-			/* Small files share their CPU's locality group: the trace's CPU, not ours. */
-			rr_alloc_use_cpu(v[i].cpu);
+		if (v[i].kind == EV_REQUEST)
 			do_request(r, &v[i]);
-		}
 		else if (v[i].kind == EV_ANSWER)
 			do_answer(r, &v[i]);
 		else if (v[i].kind == EV_DISCARD)

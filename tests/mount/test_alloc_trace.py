@@ -285,10 +285,10 @@ def test_rrreplay_replays_rrfuse_trace(tmp_path):
     assert rc == 0, msg
 
 
-# The share of paired data requests the test workload places at the kernel's own start: 5 of 6
-# (83.3 %, 2026-12-07, five runs alike; the sixth is regular's first-window departure,
-# doc/evidence.md).  The floor is 4 of 6: one request of margin.
-SAME_START_FLOOR = 66.0
+# The share of paired data requests the test workload places at the kernel's own start: 6 of 6
+# (2026-12-07, six runs alike, since regular's first-window departure is gone; 5 of 6 before).
+# The floor is 5 of 6: one request of margin.
+SAME_START_FLOOR = 83.0
 
 
 def load_all_groups(st_dev):
