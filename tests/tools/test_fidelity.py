@@ -93,8 +93,11 @@ def test_fidelity_tiny(tmp_path):
         if "error" in p:
             assert "no trace" in p["error"], p
             continue
-        assert p["kernel_requests"] == p["rrfuse_requests"] == p["paired"] == n, p
-        assert p["unpaired_kernel"] == p["unpaired_rrfuse"] == 0 and p["same_len_pct"] == 100.0, p
+        # Every one of rrfuse's requests pairs; the kernel may ask once or twice more, when a
+        # request found less than it asked for (on a fresh mount, group 0 before the others are
+        # loaded: doc/evidence.md) and it asked again for the rest, which has no partner.
+        assert p["rrfuse_requests"] == p["paired"] == n and p["unpaired_rrfuse"] == 0, p
+        assert p["kernel_requests"] == n + p["unpaired_kernel"] <= n + 2, p
         assert "| same start as the kernel's |" in text, text[-2000:]
         for pol in ("regular", "rralloc"):
             assert p["replay"][pol]["failed"] == "0", p["replay"]
