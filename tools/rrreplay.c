@@ -48,9 +48,15 @@ struct umap {
 
 static int umap_grow(struct umap *m);
 
+/*
+ * 32 consecutive keys share a stretch of 32 slots, stretches scattered by a
+ * hash: a run of blocks mapped or freed touches a few cache lines, not one
+ * a block (seed002's replay spent 39 % of its time in umap_put).
+ */
 static size_t umap_slot(const struct umap *m, uint64_t key)
 {
-	size_t i = (size_t)((key + 1) * 0x9E3779B97F4A7C15ull) & (m->cap - 1);
+	uint64_t h = ((key + 1) >> 5) * 0x9E3779B97F4A7C15ull;
+	size_t i = (size_t)(((h >> 32) << 5) | ((key + 1) & 31)) & (m->cap - 1);
 
 	while (m->k[i] && m->k[i] != key + 1)
 		i = (i + 1) & (m->cap - 1);
@@ -297,6 +303,14 @@ static void map_blocks(struct replay *r, uint64_t tblk, uint64_t rblk, uint32_t 
 {
 	uint32_t k;
 
+	/*
+	 * The same blocks on both sides need no entry: a block the map does not
+	 * hold is itself (xlate), and its free finds it in use (do_free).  No
+	 * entry of the run is stale: its trace blocks and replay blocks were
+	 * free until now, and a free drops both sides' entries.
+	 */
+	if (tblk == rblk)
+		return;
 	for (k = 0; k < n; k++) {
 		umap_put(&r->fwd, tblk + k, rblk + k);
 		umap_put(&r->rev, rblk + k, tblk + k);
