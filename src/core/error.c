@@ -72,12 +72,6 @@ int rr_errors_parse(const char *s)
 	return -1;
 }
 
-const char *rr_errors_name(int behaviour)
-{
-	return behaviour >= EXT2_ERRORS_CONTINUE && behaviour <= EXT2_ERRORS_PANIC ? names[behaviour] :
-										       "continue";
-}
-
 void rr_error_attach(struct rr_fs *rfs, int behaviour)
 {
 	int sb = rfs->fs->super->s_errors;

@@ -15,7 +15,6 @@ struct rr_fs;
 
 /* errors=: EXT2_ERRORS_CONTINUE, EXT2_ERRORS_RO or EXT2_ERRORS_PANIC; 0 = the image's s_errors. */
 int rr_errors_parse(const char *s);
-const char *rr_errors_name(int behaviour);
 
 /* At mount, once the filesystem is open. */
 void rr_error_attach(struct rr_fs *rfs, int behaviour);

@@ -681,13 +681,6 @@ int io_set_direct(io_channel ch, int mode, char *msg, size_t msglen)
 	return 0;
 }
 
-int io_direct_align(io_channel ch)
-{
-	struct io_dev *priv = dev_of(ch);
-
-	return priv->dfd >= 0 ? (int)priv->dalign : 0;
-}
-
 /*
  * Each FUSE worker has its own aligned bounce buffer: libfuse hands write
  * data 80 bytes into its receive buffer, which O_DIRECT cannot take.

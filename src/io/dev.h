@@ -41,7 +41,6 @@ int io_dev_rotational(const char *path);
  * drops cached pages of its range first).  Thread-safe.
  */
 int io_set_direct(io_channel ch, int mode, char *msg, size_t msglen);
-int io_direct_align(io_channel ch);	/* 0 when off */
 int io_data_read(io_channel ch, void *buf, size_t len, uint64_t off);
 /*
  * File data at [off, off+len) for the caller to move from *fd itself (a

@@ -62,3 +62,30 @@ def test_readme_short_and_its_documents_there():
     assert links, "the README sends readers to no document"
     missing = [l for l in links if l and not os.path.exists(os.path.join(REPO, l))]
     assert not missing, "README links to nothing: %s" % missing
+
+
+def test_every_function_outside_the_plugin_api_has_a_caller():
+    """A function other files may call (not static) is called somewhere:
+    its name appears in the C sources (tests included) more often than its
+    definition and its header's declaration.  The policy API
+    (include/rrfuse/policy.h) is for plug-ins, which the tree does not hold."""
+    sources = {p: open(os.path.join(REPO, p)).read()
+               for p in subprocess.run(["git", "ls-files", "*.c", "*.h"], cwd=REPO, capture_output=True,
+                                       text=True).stdout.split()}
+    import collections
+    words = collections.Counter(w for t in sources.values() for w in re.findall(r"\w+", t))
+    api = set(re.findall(r"\b(rrp_\w+)\(", sources.get("include/rrfuse/policy.h", "")))
+    assert api, "the policy API's names were not found"
+    uncalled = []
+    for path, text in sources.items():
+        if not path.endswith(".c") or path.startswith("tests/"):
+            continue
+        for _, sig, _ in functions(path):
+            if sig.startswith("static") or "(" not in sig:
+                continue
+            name = re.findall(r"(\w+)\(", sig)[0]
+            if name == "main" or name in api:
+                continue
+            if words[name] <= 2:
+                uncalled.append("%s (%s)" % (name, path))
+    assert not uncalled, "non-static functions nobody calls: %s" % uncalled
