@@ -39,7 +39,11 @@
  *
  * Leaves, taken with any of the above held and holding nothing inside:
  * the error record's lock (src/core/error.c), the block trace's (src/io/trace.c),
- * the delayed-data buffer pool's (src/core/dbuf.c).  commit_lock guards only the
+ * the allocation trace's (allocators/mb_trace.c), the plug-in list's
+ * (allocators/mb_plugin.c), the delayed-data buffer pool's (src/core/dbuf.c),
+ * and the device's waiting data run's (src/io/dev.c pend_lock: metadata
+ * writes take it inside cache.lock, data writes alone; inside it only the
+ * write that empties the run).  commit_lock guards only the
  * commit thread's sleep; it is dropped before the thread commits.  This
  * list is the whole order: a new lock gets its line here.
  */

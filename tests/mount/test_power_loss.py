@@ -8,7 +8,7 @@ replayed to an image e2fsck -fn finds clean, by rrfuse, by e2fsck and (some
 of them) by the kernel, with every file fsync'd before the flush intact and
 every rename atomic.
 
-tools/crashloop.py --power runs it longer by hand.
+tests/mount/crashloop.py --power runs it longer by hand.
 """
 
 import hashlib

@@ -89,3 +89,17 @@ def test_every_function_outside_the_plugin_api_has_a_caller():
             if words[name] <= 2:
                 uncalled.append("%s (%s)" % (name, path))
     assert not uncalled, "non-static functions nobody calls: %s" % uncalled
+
+
+def test_readme_and_design_name_only_paths_that_exist():
+    """Every path of the tree the README and doc/design.md name is there
+    (a placeholder in capitals, allocators/NAME.c, stands for any)."""
+    missing = []
+    for doc in ("README.md", os.path.join("doc", "design.md")):
+        with open(os.path.join(REPO, doc)) as f:
+            text = f.read()
+        paths = set(re.findall(r"\b((?:src|tools|doc|tests|allocators|include|examples)/[\w./-]*\w)", text))
+        assert paths, doc
+        missing += ["%s: %s" % (doc, p) for p in sorted(paths)
+                    if not re.search(r"/[A-Z]+\.", p) and not os.path.exists(os.path.join(REPO, p))]
+    assert not missing, "named but not in the tree: %s" % missing

@@ -5,17 +5,17 @@ test_crash_anywhere, runs a few): after each, e2fsck and the kernel replay
 copies and rrfuse the image itself; e2fsck -fn must find each clean, and
 rrfuse's every fsync'd file intact and every rename atomic.
 
-  sudo tools/crashloop.py [ROUNDS] [MOUNT_OPTS] [MKFS_ARGS...]
-  e.g. tools/crashloop.py 200
-       tools/crashloop.py 50 nojournal,cache_mb=0     (the damage it prevents)
-       tools/crashloop.py 100 "" -b 1024 -J size=1    (a tiny journal)
+  sudo tests/mount/crashloop.py [ROUNDS] [MOUNT_OPTS] [MKFS_ARGS...]
+  e.g. tests/mount/crashloop.py 200
+       tests/mount/crashloop.py 50 nojournal,cache_mb=0     (the damage it prevents)
+       tests/mount/crashloop.py 100 "" -b 1024 -J size=1    (a tiny journal)
 
 With --power, power cuts instead (tests/mount/test_power_loss.py): a
 workload of SECONDS recorded write by write, then STATES device states
 rebuilt from the record and each replayed by rrfuse, e2fsck and the kernel.
 
-  sudo tools/crashloop.py --power [STATES] [SECONDS] [MOUNT_OPTS] [MKFS_ARGS...]
-  e.g. tools/crashloop.py --power 200 20
+  sudo tests/mount/crashloop.py --power [STATES] [SECONDS] [MOUNT_OPTS] [MKFS_ARGS...]
+  e.g. tests/mount/crashloop.py --power 200 20
 
 RRFUSE (default build/rrfuse) names the daemon.  Exit status 1 when a
 round found damage.
@@ -23,8 +23,7 @@ round found damage.
 import os
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests", "mount"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def power(args):
