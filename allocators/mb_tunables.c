@@ -16,25 +16,36 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* mb_max_prealloc_kb's default (tunables.def): smaller values mean it. */
-#define MB_DEFAULT_MAX_PREALLOC_KB	8192
+/* Each tunable's default, as MB_DEFAULT_name (mb_max_prealloc_kb's: smaller values mean it). */
+enum {
+#define MB_TUNABLE(n, k, m, d) MB_DEFAULT_##n = d,
+#include "rrfuse/tunables.def"
+#undef MB_TUNABLE
+};
 
-enum tkind { T_UINT, T_BOOL, T_PREALLOC_KB, T_POLICY, T_POLICY_DIR };
+enum tkind { T_UINT, T_BOOL, T_PREALLOC_KB, T_POLICY, T_POLICY_DIR, T_ALIAS };
 
 struct tunable {
 	const char *name;
 	size_t off;
 	enum tkind kind;
 	unsigned int max;
+	const char *of;		/* T_ALIAS: the tunable it names */
 };
 
 static const struct tunable tunables[] = {
-#define MB_TUNABLE(n, k, m, d) { #n, offsetof(struct rr_alloc_tunables, n), k, m },
+#define MB_TUNABLE(n, k, m, d) { #n, offsetof(struct rr_alloc_tunables, n), k, m, NULL },
 #include "rrfuse/tunables.def"
 #undef MB_TUNABLE
-	{ "max_prealloc_kb", offsetof(struct rr_alloc_tunables, mb_max_prealloc_kb), T_PREALLOC_KB, 0 },
-	{ "allocator", 0, T_POLICY, 0 },
-	{ "policy_dir", 0, T_POLICY_DIR, 0 },
+#define RR_KEY_ALIAS(n, o) { #n, 0, T_ALIAS, 0, #o },
+#define RR_KEY_POLICY(n) { #n, 0, T_POLICY, 0, NULL },
+#define RR_KEY_POLICY_DIR(n) { #n, 0, T_POLICY_DIR, 0, NULL },
+#define RR_KEY_MOUNT(n)
+#include "rrfuse/keys.def"
+#undef RR_KEY_ALIAS
+#undef RR_KEY_POLICY
+#undef RR_KEY_POLICY_DIR
+#undef RR_KEY_MOUNT
 };
 
 void rr_alloc_tunables_default(struct rr_alloc_tunables *t)
@@ -52,7 +63,7 @@ static const struct tunable *lookup(const char *name)
 
 	for (i = 0; i < sizeof(tunables) / sizeof(tunables[0]); i++)
 		if (!strcmp(tunables[i].name, name))
-			return &tunables[i];
+			return tunables[i].kind == T_ALIAS ? lookup(tunables[i].of) : &tunables[i];
 	return NULL;
 }
 
@@ -82,7 +93,7 @@ const char *rr_alloc_tunable_name(unsigned int i)
 	size_t k, n = 0;
 
 	for (k = 0; k < sizeof(tunables) / sizeof(tunables[0]); k++) {
-		if (!strcmp(tunables[k].name, "max_prealloc_kb"))
+		if (tunables[k].kind == T_ALIAS)
 			continue;
 		if (n++ == i)
 			return tunables[k].name;
@@ -103,18 +114,20 @@ int rr_alloc_tunable_get(const struct rr_alloc_tunables *t, const char *name, ch
 		snprintf(buf, len, "%s", t->policy);
 	else if (d->kind == T_POLICY_DIR)
 		snprintf(buf, len, "%s", t->policy_dir[0] ? t->policy_dir : RRFUSE_POLICY_DIR);
+	else if (*(const unsigned int *)((const char *)t + d->off) == RR_TUNABLE_AT_MOUNT)
+		snprintf(buf, len, "decided at mount");
 	else
 		snprintf(buf, len, "%u", *(const unsigned int *)((const char *)t + d->off));
 	return 0;
 }
 
-/* As the seed patch: below 8192 clamps to 8192, otherwise round up to a power of two. */
+/* As the seed patch: below the default clamps to it, otherwise round up to a power of two. */
 static int prealloc_kb(unsigned int v, unsigned int *out)
 {
 	unsigned long long r = 1;
 
-	if (v < MB_DEFAULT_MAX_PREALLOC_KB)
-		v = MB_DEFAULT_MAX_PREALLOC_KB;
+	if (v < MB_DEFAULT_mb_max_prealloc_kb)
+		v = MB_DEFAULT_mb_max_prealloc_kb;
 	while (r < v)
 		r <<= 1;
 	if (r > UINT_MAX)

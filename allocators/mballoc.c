@@ -2463,10 +2463,10 @@ int rr_alloc_attach(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr
 	a->max_order = bbits + 1 < MB_NUM_ORDERS_MAX ? bbits + 1 : MB_NUM_ORDERS_MAX - 1;
 	while (a->max_order && (1u << a->max_order) > a->bpg)
 		a->max_order--;
-	if (a->t.mb_optimize_scan == UINT_MAX)
+	if (a->t.mb_optimize_scan == RR_TUNABLE_AT_MOUNT)
 		a->t.mb_optimize_scan = a->ngroups >= 16;
 	/* Undecided by the mount (no device known): as the kernel on a device that is not rotational. */
-	if (a->t.mb_max_linear_groups == UINT_MAX)
+	if (a->t.mb_max_linear_groups == RR_TUNABLE_AT_MOUNT)
 		a->t.mb_max_linear_groups = 0;
 	if (a->t.mb_group_prealloc > a->bpg)
 		a->t.mb_group_prealloc = a->bpg;

@@ -31,16 +31,20 @@
 
 static const char *mnt;
 
-/*
- * The keys: every line of rrfuse/tunables.def, then the daemon's others
- * (allocators/mb_tunables.c, and alloc_trace in src/fuse/ctl.c;
- * tests/mount/test_rrctl.py compares the two).
- */
+/* The keys: every line of rrfuse/tunables.def, then of rrfuse/keys.def (tests/mount/test_rrctl.py compares). */
 static const char *const keys[] = {
 #define MB_TUNABLE(name, kind, max, def) #name,
 #include "rrfuse/tunables.def"
 #undef MB_TUNABLE
-	"max_prealloc_kb", "allocator", "policy_dir", "alloc_trace",
+#define RR_KEY_ALIAS(name, of) #name,
+#define RR_KEY_POLICY(name) #name,
+#define RR_KEY_POLICY_DIR(name) #name,
+#define RR_KEY_MOUNT(name) #name,
+#include "rrfuse/keys.def"
+#undef RR_KEY_ALIAS
+#undef RR_KEY_POLICY
+#undef RR_KEY_POLICY_DIR
+#undef RR_KEY_MOUNT
 };
 
 /* The keys, comma-separated, wrapped under KEY's text (column 17 to 80). */

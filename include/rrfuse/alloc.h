@@ -24,6 +24,7 @@
 #ifndef RRFUSE_ALLOC_H
 #define RRFUSE_ALLOC_H
 
+#include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -91,6 +92,12 @@ struct rr_alloc_req {
  * verify after every operation that the buddy equals bitmap + preallocations.
  */
 #define RR_POLICY_NAME_LEN 64	/* rrctl's value field */
+/*
+ * A default the mount decides, as the kernel's ext4_mb_init does (tunables.def):
+ * mb_max_linear_groups by whether the device is rotational (src/core/mount.c),
+ * mb_optimize_scan by the number of groups (rr_alloc_attach).
+ */
+#define RR_TUNABLE_AT_MOUNT UINT_MAX
 
 struct rr_alloc_tunables {
 #define MB_TUNABLE(name, kind, max, def) unsigned int name;
@@ -104,6 +111,8 @@ struct rr_alloc_tunables {
 };
 
 void rr_alloc_tunables_default(struct rr_alloc_tunables *t);
+/* The i'th built-in policy a user picks (-o allocator=NAME) and what it is (*about); NULL past the last. */
+const char *rr_alloc_builtin_policy(unsigned int i, const char **about);
 /*
  * Load the policy t names if it is no built-in (a NAME.so, a path: see
  * allocators/mb_plugin.c), so that a mount refuses it before opening the

@@ -293,7 +293,7 @@ static void alloc_defaults(struct rr_fs *rfs, const char *device)
 	/* -o check also has the allocator verify its buddies after every change. */
 	rfs->opts.alloc.check |= (unsigned int)rfs->opts.check;
 	/* As ext4_mb_init (MB_DEFAULT_LINEAR_LIMIT on a rotational device). */
-	if (rfs->opts.alloc.mb_max_linear_groups == UINT_MAX)
+	if (rfs->opts.alloc.mb_max_linear_groups == RR_TUNABLE_AT_MOUNT)
 		rfs->opts.alloc.mb_max_linear_groups = io_dev_rotational(device) ? 4 : 0;
 }
 

@@ -71,19 +71,43 @@ static int alloc_opt(struct rr_cmdline *c, const char *arg)
 static void usage_tunables(void)
 {
 	struct rr_alloc_tunables t;
-	char val[32], err[64];
+	char val[300], err[64];
 	const char *name;
 	unsigned int i;
 
 	rr_alloc_tunables_default(&t);
 	for (i = 0; (name = rr_alloc_tunable_name(i)); i++) {
-		if (!strcmp(name, "allocator"))
+		if (!strcmp(name, "allocator") || !strcmp(name, "policy_dir"))
 			continue;
 		if (rr_alloc_tunable_get(&t, name, val, sizeof(val), err, sizeof(err)))
 			continue;
 		printf("    -o %s=N%*s default %s\n", name, strlen(name) < 24 ? (int)(24 - strlen(name)) : 1, "",
-		       strcmp(val, "4294967295") ? val : "decided at mount (rrfuse(8))");
+		       val);
 	}
+}
+
+/* The allocator's own lines: the preallocation window's default, the policies of allocators/policies.def. */
+static void usage_policies(void)
+{
+	struct rr_alloc_tunables t;
+	char def[32], dir[256], err[64];
+	const char *name, *about;
+	unsigned int i;
+
+	rr_alloc_tunables_default(&t);
+	if (rr_alloc_tunable_get(&t, "mb_max_prealloc_kb", def, sizeof(def), err, sizeof(err)))
+		snprintf(def, sizeof(def), "?");
+	if (rr_alloc_tunable_get(&t, "policy_dir", dir, sizeof(dir), err, sizeof(err)))
+		snprintf(dir, sizeof(dir), "?");
+	printf("    -o max_prealloc_kb=KB  largest preallocation window (alias mb_max_prealloc_kb; default %s;\n"
+	       "                           smaller values mean %s, others round up to a power of two)\n"
+	       "    -o NAME=N              the kernel's mballoc tunables, listed below with its defaults; these\n"
+	       "                           and allocator= change live with rrctl MOUNTPOINT KEY=VALUE\n"
+	       "    -o policy_dir=DIR      where allocator=NAME finds NAME.so; default\n"
+	       "                           %s\n"
+	       "    -o allocator=NAME      allocation policy, a NAME.so (rrfuse(8)) or one of\n", def, def, dir);
+	for (i = 0; (name = rr_alloc_builtin_policy(i, &about)); i++)
+		printf("                             %-10s %s\n", name, about);
 }
 
 static void usage(const char *prog)
@@ -94,13 +118,8 @@ static void usage(const char *prog)
 	       "once the image is complete and the daemon has let go of it.\n\n"
 	       "rrfuse options:\n", prog, prog);
 	rr_cmdline_usage();
-	printf("    -o max_prealloc_kb=KB  largest preallocation window (alias mb_max_prealloc_kb; default 8192;\n"
-	       "                           smaller values mean 8192, others round up to a power of two)\n"
-	       "    -o NAME=N              the kernel's mballoc tunables, listed below with its defaults; these\n"
-	       "                           and allocator= change live with rrctl MOUNTPOINT KEY=VALUE\n"
-	       "    -o allocator=NAME      allocation policy: regular (the kernel's, default), rralloc\n"
-	       "                           (round-robin over the device), firstfit (lowest address first)\n"
-	       "    -o rralloc             the same as allocator=rralloc\n"
+	usage_policies();
+	printf("    -o rralloc             the same as allocator=rralloc\n"
 	       "    -f                     stay in the foreground: messages to standard error\n"
 	       "    -d                     debug: foreground, print every request\n"
 	       "    -s                     single-threaded\n"
