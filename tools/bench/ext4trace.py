@@ -26,6 +26,7 @@ set ``flagset``; extents as ``{"group", "start", "len", "lblk"}``).
 Used as a program: ``ext4trace.py FILE [--dev M,N]`` prints the count of
 each event and the blocks requested, found and freed.
 """
+import collections
 import re
 import sys
 
@@ -175,6 +176,10 @@ def pair(ka, kb):
     return pairs, only_a, only_b
 
 
+def _place(e):
+    return (e["placed"]["group"], e["placed"]["start"])
+
+
 def _same(a, b, what):
     pa, pb = a["placed"], b["placed"]
     if pa is None or pb is None:
@@ -208,6 +213,15 @@ def compare(kernel_recs, rrfuse_recs, context=2):
         same = sum(_same(a, b, what) for a, b in pairs)
         res["same_" + what] = same
         res["same_%s_pct" % what] = round(100.0 * same / n, 1) if n else None
+    # The places chosen, whoever got each: where concurrency serves two files' requests in
+    # another order than on the kernel, each file takes the place the other took there.
+    left = collections.Counter(_place(a) for a, _ in pairs if a["placed"])
+    res["same_place"] = 0
+    for _, b in pairs:
+        if b["placed"] and left[_place(b)]:
+            left[_place(b)] -= 1
+            res["same_place"] += 1
+    res["same_place_pct"] = round(100.0 * res["same_place"] / n, 1) if n else None
     res["first_divergence"] = None
     for i, (a, b) in enumerate(pairs):
         if not _same(a, b, "start"):
