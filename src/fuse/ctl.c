@@ -19,8 +19,19 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-/* rrctl's key for the allocation trace: the daemon opens its file, not the allocator. */
-#define CTL_TRACE_KEY "alloc_trace"
+/*
+ * rrctl's key for the allocation trace, the mount's one key of
+ * rrfuse/keys.def: the daemon opens its file, not the allocator.
+ */
+#define RR_KEY_ALIAS(name, of)
+#define RR_KEY_POLICY(name)
+#define RR_KEY_POLICY_DIR(name)
+#define RR_KEY_MOUNT(name) static const char ctl_trace_key[] = #name;
+#include "rrfuse/keys.def"
+#undef RR_KEY_ALIAS
+#undef RR_KEY_POLICY
+#undef RR_KEY_POLICY_DIR
+#undef RR_KEY_MOUNT
 
 /* The I/O stack's counters: the device's, the cache's (when there is one). */
 static void ctl_io_stats(struct rr_fs *rfs, struct rrctl_stats *s)
@@ -103,17 +114,17 @@ static int ctl_trace(struct rr_fs *rfs, unsigned int cmd, struct rrctl_tunable *
 	FILE *f = NULL;
 
 	if (cmd != RRCTL_SET) {
-		snprintf(t->name, sizeof(t->name), "%s", CTL_TRACE_KEY);
+		snprintf(t->name, sizeof(t->name), "%s", ctl_trace_key);
 		rr_alloc_trace_name(rfs->alloc, t->value, sizeof(t->value));
 		return 0;
 	}
 	if (t->value[0] && t->value[0] != '/') {
 		snprintf(t->err, sizeof(t->err), "bad value for %s=: '%.60s' (an absolute path; empty stops)",
-			 CTL_TRACE_KEY, t->value);
+			 ctl_trace_key, t->value);
 		return -EINVAL;
 	}
 	if (t->value[0] && !(f = fopen(t->value, "we"))) {
-		snprintf(t->err, sizeof(t->err), "%s=%.60s: %.50s", CTL_TRACE_KEY, t->value, strerror(errno));
+		snprintf(t->err, sizeof(t->err), "%s=%.60s: %.50s", ctl_trace_key, t->value, strerror(errno));
 		return -EINVAL;
 	}
 	rr_ctl_alloc_trace(rfs, f, t->value);
@@ -130,7 +141,7 @@ static const char *ctl_key(unsigned int index)
 		return name;
 	for (n = 0; rr_alloc_tunable_name(n); n++)
 		;
-	return index == n ? CTL_TRACE_KEY : NULL;
+	return index == n ? ctl_trace_key : NULL;
 }
 
 /* GET and SET: name and value are the caller's text, checked before use. */
@@ -147,7 +158,7 @@ static int ctl_tunable(struct rr_fs *rfs, unsigned int cmd, uid_t uid, struct rr
 	t->result = 0;
 	rr_fs_lock(rfs);
 	name = t->name[0] ? t->name : ctl_key(t->index);
-	if (name && !strcmp(name, CTL_TRACE_KEY)) {
+	if (name && !strcmp(name, ctl_trace_key)) {
 		ret = ctl_trace(rfs, cmd, t);
 	} else if (cmd == RRCTL_SET) {
 		ret = rr_alloc_set(rfs->alloc, t->name, t->value, t->err, sizeof(t->err));
