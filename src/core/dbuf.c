@@ -67,14 +67,11 @@ static size_t page_round(size_t bytes)
 {
 	size_t pg = (size_t)sysconf(_SC_PAGESIZE), sz = MIN_MAP;
 
-	if (on_heap(bytes))
+	if (on_heap(bytes) || bytes > POOL_MAX)
 		return (bytes + pg - 1) & ~(pg - 1);
-	if (bytes <= POOL_MAX) {
-		while (sz < bytes)
-			sz <<= 1;
-		return sz;
-	}
-	return (bytes + pg - 1) & ~(pg - 1);
+	while (sz < bytes)
+		sz <<= 1;
+	return sz;
 }
 
 static char *mem_new(size_t bytes)
