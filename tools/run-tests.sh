@@ -69,7 +69,7 @@ suite() {
 	step "fuzzed images ($dir)" /usr/bin/python3 tests/fuzz/rrfuzz.py --rrfuse "$top/$dir/rrfuse" \
 		--opts check --count "${RRFUZZ_COUNT:-500}" --seed "$fuzz_seed" --keep-failed "/var/tmp/rrfuzz-failures-$dir"
 	step "mount tests ($dir${mount_opts#check})" env RRFUSE="$top/$dir/rrfuse" RRFUSE_OPTS="$mount_opts" \
-		/usr/bin/python3 -m pytest -q \
+		/usr/bin/python3 -m pytest -q --tb=short \
 		-p no:cacheprovider tests/mount "${pytest_args[@]}"
 	# The mixed workloads at once; tools/soak.sh --minutes N for a long one.
 	step "soak, ${RRSOAK_MINUTES:-1} min ($dir)" tools/soak.sh --build "$dir" --minutes "${RRSOAK_MINUTES:-1}" --size 256M
@@ -89,7 +89,7 @@ evidence_tests() {
 	# rrbench report --tiny (a minute) in the plain build only
 	[ "$dir" = build ] || once=(--deselect tests/tools/test_rrbench_report.py::test_report_tiny)
 	step "rrmap, rrftl, rrblk2iolog and rrbench report tests ($dir)" env RRMAP="$top/$dir/rrmap" \
-		RRFTL="$top/$dir/rrftl" RRFUSE="$top/$dir/rrfuse" /usr/bin/python3 -m pytest -q \
+		RRFTL="$top/$dir/rrftl" RRFUSE="$top/$dir/rrfuse" /usr/bin/python3 -m pytest -q --tb=short \
 		-p no:cacheprovider tests/tools "${once[@]}"
 	step "fuzzed images for rrmap ($dir)" /usr/bin/python3 tests/fuzz/rrmapfuzz.py --rrmap "$top/$dir/rrmap" \
 		--count "${RRMAPFUZZ_COUNT:-200}" --time-limit "${RRMAPFUZZ_TIME:-60}" --seed "$fuzz_seed" \
@@ -105,7 +105,7 @@ tsan_suite() {
 	step "rrfsx random operations ($dir)" rrfsx_run "$dir/tests/fsx/rrfsx" "$dir/rrfuse"
 	# Their requests over io_uring: the plain build's mount tests and rrfsx here cover /dev/fuse.
 	step "concurrent mount tests ($dir, io_uring)" env RRFUSE="$top/$dir/rrfuse" RRFUSE_OPTS=io_uring \
-		/usr/bin/python3 -m pytest -q \
+		/usr/bin/python3 -m pytest -q --tb=short \
 		-p no:cacheprovider tests/mount/test_concurrency.py tests/mount/test_unlink_open.py \
 		tests/mount/test_orphan.py tests/mount/test_rrctl.py tests/mount/test_delalloc.py tests/mount/test_hold.py \
 		tests/mount/test_direct_io.py tests/mount/test_killpriv.py tests/mount/test_statx.py \

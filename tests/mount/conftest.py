@@ -716,8 +716,23 @@ def check_mount(m, kernel_cross_check=True, sound=True):
 
 # ----------------------------------------------------------------- fixtures
 
+def lock_holders(image):
+    """The /proc/locks lines on image: who holds its lock."""
+    st = os.stat(image)
+    key = "%02x:%02x:%d " % (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+    with open("/proc/locks") as f:
+        return [l.strip() for l in f if key in l]
+
+
+# rrfuse's own wait for a previous daemon's lock (IO_HOLDER_WAIT_SECS, src/io/dev.c)
+HOLDER_WAIT_SECS = 60
+
+
 def kill_daemon(m):
-    """SIGKILL rrfuse: the image keeps what it wrote, nothing more."""
+    """SIGKILL rrfuse: the image keeps what it wrote, nothing more.  Returns
+    once the image's lock is free: the dead daemon's last file reference can
+    go after it is reaped (CI saw it under ASan with -o io_uring), and a
+    mount then waits for it as rrfuse's own open does (lock_image)."""
     m.proc.kill()
     m.proc.wait()
     m.proc = None
@@ -725,6 +740,12 @@ def kill_daemon(m):
                    stderr=subprocess.DEVNULL)
     m.mounted = False
     m._close_log()
+    deadline = time.monotonic() + HOLDER_WAIT_SECS
+    while image_writer(m.image):
+        assert time.monotonic() < deadline, \
+            "%s still locked %d s after its daemon was killed: %s" % (
+                m.image, HOLDER_WAIT_SECS, lock_holders(m.image))
+        time.sleep(0.05)
 
 
 def run_mounted(image, workload, opts="", kernel=False):

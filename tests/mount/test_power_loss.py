@@ -109,7 +109,7 @@ def record(image, opts, seconds, seed, log, reclog):
 def expected(log, state_end):
     """The kept files a state that has everything the log held at state_end
     durable must hold: {name: (digest, renamed-to)}."""
-    kept, renamed = {}, {}
+    kept, renamed, gone = {}, {}, set()
     with open(log) as f:
         for line in f:
             w = line.split()
@@ -117,7 +117,10 @@ def expected(log, state_end):
                 kept[w[1]] = w[2]
             elif w[0] == "R":
                 renamed[w[1]] = w[2]
-    return {n: (d, renamed.get(n)) for n, d in kept.items()}
+            elif w[0] == "D":
+                # noted before its unlink: at any state it may be there or not
+                gone.update(w[1:])
+    return {n: (d, renamed.get(n)) for n, d in kept.items() if n not in gone}
 
 
 def tree_digests(image):
