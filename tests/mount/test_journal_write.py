@@ -52,6 +52,9 @@ def mount(image, opts=QUIET, crash=None):
         os.environ[CRASH_ENV] = crash
     try:
         m.mount()
+    except BaseException:
+        m.cleanup()
+        raise
     finally:
         os.environ.pop(CRASH_ENV, None)
         if old is not None:
@@ -714,8 +717,14 @@ def crash_rounds(rounds, opts="", mkfs_args=(), seconds=(0.5, 2.5), seed=None, u
         if "nojournal" not in opts:
             more, trees = other_replays(image, "round %d" % rnd_i)
             bad += more
-        # rrfuse replays at mount and unmounts clean
-        mm = mount(image, opts=opts)
+        # rrfuse replays at mount and unmounts clean: an image it cannot
+        # mount (refused, as the kernel refuses a wrong descriptor checksum,
+        # or a root it cannot read) is damage too
+        try:
+            mm = mount(image, opts=opts)
+        except (conftest.MountError, OSError) as e:
+            bad.append("round %d: rrfuse cannot mount the crashed image: %s" % (rnd_i, e))
+            break
         try:
             files = keep_digests(mm.mnt)
             mm.unmount()
