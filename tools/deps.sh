@@ -5,7 +5,7 @@ set -euo pipefail
 
 RR_BUILD_DEPS="build-essential meson ninja-build pkg-config libfuse3-dev fuse3 e2fsprogs
 libext2fs-dev comerr-dev check libmount-dev libcairo2-dev liburing-dev"
-RR_TEST_DEPS="python3 python3-pytest attr acl util-linux mount procps stress-ng fio blktrace python3-matplotlib"
+RR_TEST_DEPS="python3 python3-pytest attr acl util-linux mount procps stress-ng fio blktrace python3-matplotlib python3-pyflakes"
 
 rr_install_deps() {
 	local want="$RR_BUILD_DEPS ${1:-}" missing=() p

@@ -41,6 +41,41 @@ def test_no_function_over_120_lines():
     assert not long, "functions over %d lines: %s" % (MAX_FUNCTION, long)
 
 
+def tools_python():
+    """The tools written in Python: *.py and the scripts whose first line names python."""
+    paths = []
+    for p in tracked("tools/*"):
+        with open(os.path.join(REPO, p), "rb") as f:
+            head = f.readline()
+        if p.endswith(".py") or (head.startswith(b"#!") and b"python" in head):
+            paths.append(p)
+    return paths
+
+
+def test_no_python_function_of_the_tools_over_120_lines():
+    import ast
+    paths = tools_python()
+    assert "tools/bench/rrbench" in paths, paths
+    long = []
+    for p in paths:
+        with open(os.path.join(REPO, p)) as f:
+            tree = ast.parse(f.read(), p)
+        long += ["%s:%d %s (%d lines)" % (p, n.lineno, n.name, n.end_lineno - n.lineno + 1)
+                 for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and n.end_lineno - n.lineno + 1 > MAX_FUNCTION]
+    assert not long, "functions over %d lines: %s" % (MAX_FUNCTION, long)
+
+
+def test_tools_python_names_only_what_is_defined():
+    """pyflakes on the Python tools: a name used and never defined (a
+    merge's leftover) fails only when its line runs, maybe hours into a
+    benchmark; an unused import is a leftover too."""
+    r = subprocess.run(["/usr/bin/python3", "-m", "pyflakes"] + tools_python(), cwd=REPO,
+                       capture_output=True, text=True)
+    assert "No module named pyflakes" not in r.stderr, "python3-pyflakes is a test dependency"
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 def test_the_counter_sees_functions():
     # The counter above would pass on a tree it cannot read: it must see a
     # known short function whole, and a long one in mount.c.
