@@ -213,12 +213,6 @@ struct rr_fs;
 struct jw;
 struct rr_ring_stats;
 
-/*
- * What the core (mount.c, commit.c, inode.c, orphan_recover.c) asks of the data
- * layer above it, without naming it: data.c fills these in (data_hooks)
- * and main.c hands them to rr_fs_open.  NULL: no data layer (the unit
- * tests).
- */
 /* What a flush of all files' delayed data writes back: the kernel's writeback work it stands for. */
 enum rr_flush {
 	/* All of it, each file whole: writeback_inodes_sb's tagged work (unmount, remount, short free space). */
@@ -229,6 +223,12 @@ enum rr_flush {
 	RR_FLUSH_SYNC,
 };
 
+/*
+ * What the core (mount.c, commit.c, inode.c, orphan_recover.c) asks of the data
+ * layer above it, without naming it: src/data/data.c fills these in
+ * (data_hooks, declared in src/data/data.h) and main.c hands them to
+ * rr_fs_open.  NULL: no data layer (the unit tests).
+ */
 struct rr_data_hooks {
 	/* Delayed data to its blocks (enum rr_flush says which and how). */
 	int (*flush_all)(struct rr_fs *rfs, enum rr_flush how);
@@ -458,41 +458,5 @@ void emap_cache_set(struct rr_emap *m, uint32_t lblk, uint32_t len, uint64_t pbl
 uint64_t emap_goal(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk);
 /* The pid of the process whose request this thread handles (0: none): it colours nodelalloc goals. */
 void rr_set_req_pid(uint32_t pid);
-
-/* data.c */
-ssize_t data_read(struct rr_fs *rfs, struct rr_inode *ri, char *buf, size_t size, uint64_t off);
-/*
- * A read to answer straight from the device: *size clamped to the end of
- * the file, *dev the device offset of [off, off+*size) when that lies in
- * one written extent (0 otherwise: data_read copies it).  On success ri->rw
- * stays held shared, so the blocks stay the file's, until data_read_end.
- */
-int data_read_begin(struct rr_fs *rfs, struct rr_inode *ri, uint64_t off, size_t *size, uint64_t *dev);
-void data_read_end(struct rr_inode *ri);
-/*
- * A short count comes with the reason it stopped in *short_err.  delay:
- * the kernel's page cache writes back; holes may take the data into the
- * inode's delayed buffer, their blocks chosen at the flush.
- */
-ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size_t size,
-		   uint64_t off, int root, int delay, int *short_err);
-/* Give the inode's delayed data its blocks.  closed: no writer is left (its size is final). */
-int data_flush(struct rr_fs *rfs, struct rr_inode *ri, int closed);
-extern const struct rr_data_hooks data_hooks;	/* for rr_fs_open */
-/* data_flush for every inode with delayed data, as enum rr_flush says. */
-int data_flush_all(struct rr_fs *rfs, enum rr_flush how);
-/* The last writer closed the file: its delayed data is held (the default), or flushed (-o delalloc=close). */
-int data_close(struct rr_fs *rfs, struct rr_inode *ri);
-/* rrctl -s: delayed data held now, by how many files, the most held at once; the limits on it, in bytes. */
-void data_stats(struct rr_fs *rfs, uint64_t *blocks, uint64_t *files, uint64_t *peak, uint64_t *background,
-		uint64_t *limit);
-/* Forget the inode's delayed data: the in-memory inode is going (logged unless it was unlinked). */
-int data_grow(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size);
-int data_truncate(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size);
-int data_fallocate(struct rr_fs *rfs, struct rr_inode *ri, int mode, uint64_t off, uint64_t len,
-		   int root);
-int64_t data_seek(struct rr_fs *rfs, struct rr_inode *ri, uint64_t off, int whence);
-int data_write_new_file(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in,
-			const char *buf, size_t len);
 
 #endif
