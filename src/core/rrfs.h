@@ -40,7 +40,7 @@
  * Leaves, taken with any of the above held and holding nothing inside:
  * the error record's lock (src/core/error.c), the block trace's (src/io/trace.c),
  * the allocation trace's (allocators/mb_trace.c), the plug-in list's
- * (allocators/mb_plugin.c), the delayed-data buffer pool's (src/core/dbuf.c),
+ * (allocators/mb_plugin.c), the delayed-data buffer pool's (src/data/dbuf.c),
  * and the device's waiting data run's (src/io/dev.c pend_lock: metadata
  * writes take it inside cache.lock, data writes alone; inside it only the
  * write that empties the run).  commit_lock guards only the
@@ -60,7 +60,7 @@
 #include "ialloc.h"
 
 #include "rrfuse/alloc.h"
-#include "dbuf.h"
+#include "dbuf_type.h"
 #include "orphan.h"
 
 #define RR_CACHELINE 64

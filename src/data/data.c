@@ -28,6 +28,7 @@
  * last block is kept zero on disk, so growing a file never exposes old bytes.
  */
 #include "data.h"
+#include "dbuf.h"
 #include "error.h"
 #include "rrfs.h"
 #include "dev.h"
