@@ -199,7 +199,7 @@ struct rr_opts {
 	struct rr_alloc_tunables alloc;	/* allocator tunables (-o max_prealloc_kb=, mb_*=) */
 };
 
-/* -o check: the inodes written since the last commit, each as it was before (inode.c). */
+/* -o check: the inodes written since the last commit, each as it was before (inode.c, commit.c). */
 struct rr_written {
 	struct rr_written_ino {
 		ext2_ino_t ino;
@@ -278,7 +278,7 @@ struct rr_fs {
 	struct ialloc_counts icounts;	/* the kernel's counts as its inode allocator sees them */
 	uint64_t ns_version;	/* bumped by every directory change */
 	char *dirblk[2];	/* room for two directory blocks, htree.c's lookups and adds (malloc'd once) */
-	struct rr_written check_written;	/* -o check: regular files written since the last commit (inode.c) */
+	struct rr_written check_written;	/* -o check: regular files written since the last commit (inode.c, commit.c) */
 
 	/* Inode table: written on every lookup/forget. */
 	struct rr_itab itab __attribute__((aligned(RR_CACHELINE)));
@@ -409,12 +409,11 @@ int inode_read(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in);
 int inode_load(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in);
 int inode_write(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in);
 /*
- * -o check, at commit under the fs lock (no operation half done): every
- * regular file written since the last keeps ext4's size invariant
- * (emap_written_past_size), but those on the orphan list and those that
- * broke it before they were written (a damaged image); abort() if not.
+ * -o check: does the inode break ext4's size invariant (a written block
+ * past i_size's last block)?  *ex: the last written extent.  Fs lock held.
  */
-void inode_check_written(struct rr_fs *rfs);
+int inode_written_past_size(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in,
+			    struct ext2fs_extent *ex);
 void inode_stat(struct rr_fs *rfs, ext2_ino_t ino, const struct ext2_inode_large *in, struct stat *st);
 void inode_set_time(struct ext2_inode_large *in, int which, const struct timespec *ts);
 void inode_get_time(const struct ext2_inode_large *in, int which, struct timespec *ts);
@@ -452,8 +451,6 @@ int emap_tree_punch(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *
 		    uint64_t last);
 int emap_mark_init(struct rr_fs *rfs, struct rr_inode *ri, struct ext2_inode_large *in,
 		   uint64_t lblk, uint32_t len);
-int emap_written_past_size(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in,
-			   struct ext2fs_extent *ex);
 void emap_cache_set(struct rr_emap *m, uint32_t lblk, uint32_t len, uint64_t pblk, int uninit);
 uint64_t emap_goal(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk);
 /* The pid of the process whose request this thread handles (0: none): it colours nodelalloc goals. */
