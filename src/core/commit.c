@@ -57,6 +57,50 @@ static void forget_freed(void *arg, uint64_t blk, uint64_t len)
 	}
 }
 
+static int written_cmp(const void *a, const void *b)
+{
+	const struct rr_written_ino *x = a, *y = b;
+
+	if (x->ino != y->ino)
+		return x->ino < y->ino ? -1 : 1;
+	return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/*
+ * -o check, at commit under the fs lock (no operation half done): every
+ * regular file written since the last keeps ext4's size invariant
+ * (inode_written_past_size), but those on the orphan list and those that
+ * broke it before they were written (a damaged image); abort() if not.
+ * Here, not in inode.c, as it asks the orphan list too: inode.c, which
+ * the orphan list calls, calls nothing of it.
+ */
+static void check_written(struct rr_fs *rfs)
+{
+	struct rr_written *w = &rfs->check_written;
+	struct ext2_inode_large in;
+	struct ext2fs_extent ex;
+	size_t i;
+
+	if (!w->n)
+		return;
+	qsort(w->v, w->n, sizeof(*w->v), written_cmp);
+	for (i = 0; i < w->n; i++) {
+		ext2_ino_t ino = w->v[i].ino;
+
+		/* Each inode once, as its first write this interval found it. */
+		if ((i && ino == w->v[i - 1].ino) || w->v[i].was_bad || inode_load(rfs, ino, &in))
+			continue;
+		/* A shrinking truncate or an unlink under way is on the orphan list: recovery finishes it. */
+		if (!in.i_links_count || orphan_tracked(rfs, ino) || !inode_written_past_size(rfs, ino, &in, &ex))
+			continue;
+		rr_log(LOG_ERR, "check: inode %u: written extent %llu+%u->%llu passes its size on disk, %llu",
+		       ino, (unsigned long long)ex.e_lblk, ex.e_len, (unsigned long long)ex.e_pblk,
+		       (unsigned long long)EXT2_I_SIZE(&in));
+		abort();
+	}
+	w->n = 0;
+}
+
 /* Under the fs lock: what libext2fs and the orphan list hold in memory, into the cache. */
 static errcode_t commit_prepare(struct rr_fs *rfs)
 {
@@ -64,7 +108,7 @@ static errcode_t commit_prepare(struct rr_fs *rfs)
 	errcode_t err = 0;
 
 	if (rfs->opts.check)
-		inode_check_written(rfs);
+		check_written(rfs);
 	rr_error_commit(rfs);
 	orphan_commit(rfs);
 	mmp_check(rfs);

@@ -668,38 +668,6 @@ static void emap_verify(struct rr_fs *rfs, struct rr_inode *ri, struct ext2_inod
 }
 
 /*
- * -o check: does the inode break the invariant ext4 keeps for every inode
- * it writes, which e2fsck checks after a crash: no written (initialised)
- * block at or past the end of i_size's last block (unwritten ones may lie
- * there)?  Only the last written extent can break it: found from the
- * tree's end, and put in *ex.  A tree libext2fs cannot read: no (its
- * reader reports it).
- */
-int emap_written_past_size(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in,
-			   struct ext2fs_extent *ex)
-{
-	uint64_t blocks = (EXT2_I_SIZE(in) + rfs->bsize - 1) >> rfs->bbits;
-	struct ext2_extent_info info;
-	ext2_extent_handle_t h;
-	errcode_t err;
-
-	memset(ex, 0, sizeof(*ex));
-	if (!LINUX_S_ISREG(in->i_mode) || !(in->i_flags & EXT4_EXTENTS_FL) ||
-	    ext2fs_extent_open2(rfs->fs, ino, (struct ext2_inode *)in, &h))
-		return 0;
-	/* An empty tree: libext2fs's walk would answer from nothing. */
-	err = ext2fs_extent_get_info(h, &info);
-	if (!err && !info.num_entries)
-		err = EXT2_ET_EXTENT_NO_NEXT;
-	if (!err)
-		err = ext2fs_extent_get(h, EXT2_EXTENT_LAST_LEAF, ex);
-	while (!err && (ex->e_flags & EXT2_EXTENT_FLAGS_UNINIT))
-		err = ext2fs_extent_get(h, EXT2_EXTENT_PREV_LEAF, ex);
-	ext2fs_extent_free(h);
-	return !err && ex->e_len && ex->e_lblk + (uint64_t)ex->e_len > blocks;
-}
-
-/*
  * Map [lblk, lblk+len) of a hole to freshly allocated pblk.., written or
  * (uninit, extent-mapped files only) unwritten.  Caller holds ri->rw
  * exclusively and the fs lock; in is the inode as on disk and is written

@@ -13,7 +13,6 @@
  */
 #include "rrfs.h"
 #include "log.h"
-#include "orphan.h"
 #include "rrfuse/grow.h"
 
 #include <errno.h>
@@ -310,8 +309,42 @@ static void atime_look_again(struct rr_fs *rfs, ext2_ino_t ino)
 }
 
 /*
+ * -o check: does the inode break the invariant ext4 keeps for every inode
+ * it writes, which e2fsck checks after a crash: no written (initialised)
+ * block at or past the end of i_size's last block (unwritten ones may lie
+ * there)?  Only the last written extent can break it: found from the
+ * tree's end, and put in *ex.  A tree libext2fs cannot read: no (its
+ * reader reports it).  Here rather than in emap.c: it reads the tree on
+ * disk against i_size, not the cached map, and inode_write's note below
+ * needs it; emap.c writes inodes, so inode.c asks nothing of it.
+ */
+int inode_written_past_size(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in,
+			    struct ext2fs_extent *ex)
+{
+	uint64_t blocks = (EXT2_I_SIZE(in) + rfs->bsize - 1) >> rfs->bbits;
+	struct ext2_extent_info info;
+	ext2_extent_handle_t h;
+	errcode_t err;
+
+	memset(ex, 0, sizeof(*ex));
+	if (!LINUX_S_ISREG(in->i_mode) || !(in->i_flags & EXT4_EXTENTS_FL) ||
+	    ext2fs_extent_open2(rfs->fs, ino, (struct ext2_inode *)in, &h))
+		return 0;
+	/* An empty tree: libext2fs's walk would answer from nothing. */
+	err = ext2fs_extent_get_info(h, &info);
+	if (!err && !info.num_entries)
+		err = EXT2_ET_EXTENT_NO_NEXT;
+	if (!err)
+		err = ext2fs_extent_get(h, EXT2_EXTENT_LAST_LEAF, ex);
+	while (!err && (ex->e_flags & EXT2_EXTENT_FLAGS_UNINIT))
+		err = ext2fs_extent_get(h, EXT2_EXTENT_PREV_LEAF, ex);
+	ext2fs_extent_free(h);
+	return !err && ex->e_len && ex->e_lblk + (uint64_t)ex->e_len > blocks;
+}
+
+/*
  * -o check: a regular file written is checked at the next commit
- * (inode_check_written), with whether it broke the invariant already as
+ * (commit.c's check_written), with whether it broke the invariant already as
  * libext2fs holds it now, before this write: a damaged image's inode may,
  * and rrfuse's writing into it is no bug of rrfuse's.
  */
@@ -327,46 +360,10 @@ static void note_written(struct rr_fs *rfs, ext2_ino_t ino, const struct ext2_in
 	    (w->n && w->v[w->n - 1].ino == ino))
 		return;
 	if (!ext2fs_read_inode_full(rfs->fs, ino, (struct ext2_inode *)&old, sizeof(old)))
-		bad = emap_written_past_size(rfs, ino, &old, &ex);
+		bad = inode_written_past_size(rfs, ino, &old, &ex);
 	/* Without memory this one goes unchecked. */
 	if (!rr_grow(&w->v, sizeof(*w->v), &w->cap, w->n + 1, 64))
 		w->v[w->n++] = (struct rr_written_ino){ .ino = ino, .seq = (uint32_t)w->n, .was_bad = bad };
-}
-
-static int written_cmp(const void *a, const void *b)
-{
-	const struct rr_written_ino *x = a, *y = b;
-
-	if (x->ino != y->ino)
-		return x->ino < y->ino ? -1 : 1;
-	return x->seq < y->seq ? -1 : x->seq > y->seq;
-}
-
-void inode_check_written(struct rr_fs *rfs)
-{
-	struct rr_written *w = &rfs->check_written;
-	struct ext2_inode_large in;
-	struct ext2fs_extent ex;
-	size_t i;
-
-	if (!w->n)
-		return;
-	qsort(w->v, w->n, sizeof(*w->v), written_cmp);
-	for (i = 0; i < w->n; i++) {
-		ext2_ino_t ino = w->v[i].ino;
-
-		/* Each inode once, as its first write this interval found it. */
-		if ((i && ino == w->v[i - 1].ino) || w->v[i].was_bad || inode_load(rfs, ino, &in))
-			continue;
-		/* A shrinking truncate or an unlink under way is on the orphan list: recovery finishes it. */
-		if (!in.i_links_count || orphan_tracked(rfs, ino) || !emap_written_past_size(rfs, ino, &in, &ex))
-			continue;
-		rr_log(LOG_ERR, "check: inode %u: written extent %llu+%u->%llu passes its size on disk, %llu",
-		       ino, (unsigned long long)ex.e_lblk, ex.e_len, (unsigned long long)ex.e_pblk,
-		       (unsigned long long)EXT2_I_SIZE(&in));
-		abort();
-	}
-	w->n = 0;
 }
 
 /* Caller holds the fs lock. */

@@ -40,7 +40,7 @@
  * Leaves, taken with any of the above held and holding nothing inside:
  * the error record's lock (src/core/error.c), the block trace's (src/io/trace.c),
  * the allocation trace's (allocators/mb_trace.c), the plug-in list's
- * (allocators/mb_plugin.c), the delayed-data buffer pool's (src/core/dbuf.c),
+ * (allocators/mb_plugin.c), the delayed-data buffer pool's (src/data/dbuf.c),
  * and the device's waiting data run's (src/io/dev.c pend_lock: metadata
  * writes take it inside cache.lock, data writes alone; inside it only the
  * write that empties the run).  commit_lock guards only the
@@ -60,7 +60,7 @@
 #include "ialloc.h"
 
 #include "rrfuse/alloc.h"
-#include "dbuf.h"
+#include "dbuf_type.h"
 #include "orphan.h"
 
 #define RR_CACHELINE 64
@@ -199,7 +199,7 @@ struct rr_opts {
 	struct rr_alloc_tunables alloc;	/* allocator tunables (-o max_prealloc_kb=, mb_*=) */
 };
 
-/* -o check: the inodes written since the last commit, each as it was before (inode.c). */
+/* -o check: the inodes written since the last commit, each as it was before (inode.c, commit.c). */
 struct rr_written {
 	struct rr_written_ino {
 		ext2_ino_t ino;
@@ -213,12 +213,6 @@ struct rr_fs;
 struct jw;
 struct rr_ring_stats;
 
-/*
- * What the core (mount.c, commit.c, inode.c, orphan_recover.c) asks of the data
- * layer above it, without naming it: data.c fills these in (data_hooks)
- * and main.c hands them to rr_fs_open.  NULL: no data layer (the unit
- * tests).
- */
 /* What a flush of all files' delayed data writes back: the kernel's writeback work it stands for. */
 enum rr_flush {
 	/* All of it, each file whole: writeback_inodes_sb's tagged work (unmount, remount, short free space). */
@@ -229,6 +223,12 @@ enum rr_flush {
 	RR_FLUSH_SYNC,
 };
 
+/*
+ * What the core (mount.c, commit.c, inode.c, orphan_recover.c) asks of the data
+ * layer above it, without naming it: src/data/data.c fills these in
+ * (data_hooks, declared in src/data/data.h) and main.c hands them to
+ * rr_fs_open.  NULL: no data layer (the unit tests).
+ */
 struct rr_data_hooks {
 	/* Delayed data to its blocks (enum rr_flush says which and how). */
 	int (*flush_all)(struct rr_fs *rfs, enum rr_flush how);
@@ -278,7 +278,7 @@ struct rr_fs {
 	struct ialloc_counts icounts;	/* the kernel's counts as its inode allocator sees them */
 	uint64_t ns_version;	/* bumped by every directory change */
 	char *dirblk[2];	/* room for two directory blocks, htree.c's lookups and adds (malloc'd once) */
-	struct rr_written check_written;	/* -o check: regular files written since the last commit (inode.c) */
+	struct rr_written check_written;	/* -o check: regular files written since the last commit (inode.c, commit.c) */
 
 	/* Inode table: written on every lookup/forget. */
 	struct rr_itab itab __attribute__((aligned(RR_CACHELINE)));
@@ -409,12 +409,11 @@ int inode_read(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in);
 int inode_load(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in);
 int inode_write(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in);
 /*
- * -o check, at commit under the fs lock (no operation half done): every
- * regular file written since the last keeps ext4's size invariant
- * (emap_written_past_size), but those on the orphan list and those that
- * broke it before they were written (a damaged image); abort() if not.
+ * -o check: does the inode break ext4's size invariant (a written block
+ * past i_size's last block)?  *ex: the last written extent.  Fs lock held.
  */
-void inode_check_written(struct rr_fs *rfs);
+int inode_written_past_size(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in,
+			    struct ext2fs_extent *ex);
 void inode_stat(struct rr_fs *rfs, ext2_ino_t ino, const struct ext2_inode_large *in, struct stat *st);
 void inode_set_time(struct ext2_inode_large *in, int which, const struct timespec *ts);
 void inode_get_time(const struct ext2_inode_large *in, int which, struct timespec *ts);
@@ -452,47 +451,9 @@ int emap_tree_punch(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *
 		    uint64_t last);
 int emap_mark_init(struct rr_fs *rfs, struct rr_inode *ri, struct ext2_inode_large *in,
 		   uint64_t lblk, uint32_t len);
-int emap_written_past_size(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in,
-			   struct ext2fs_extent *ex);
 void emap_cache_set(struct rr_emap *m, uint32_t lblk, uint32_t len, uint64_t pblk, int uninit);
 uint64_t emap_goal(struct rr_fs *rfs, struct rr_inode *ri, uint64_t lblk);
 /* The pid of the process whose request this thread handles (0: none): it colours nodelalloc goals. */
 void rr_set_req_pid(uint32_t pid);
-
-/* data.c */
-ssize_t data_read(struct rr_fs *rfs, struct rr_inode *ri, char *buf, size_t size, uint64_t off);
-/*
- * A read to answer straight from the device: *size clamped to the end of
- * the file, *dev the device offset of [off, off+*size) when that lies in
- * one written extent (0 otherwise: data_read copies it).  On success ri->rw
- * stays held shared, so the blocks stay the file's, until data_read_end.
- */
-int data_read_begin(struct rr_fs *rfs, struct rr_inode *ri, uint64_t off, size_t *size, uint64_t *dev);
-void data_read_end(struct rr_inode *ri);
-/*
- * A short count comes with the reason it stopped in *short_err.  delay:
- * the kernel's page cache writes back; holes may take the data into the
- * inode's delayed buffer, their blocks chosen at the flush.
- */
-ssize_t data_write(struct rr_fs *rfs, struct rr_inode *ri, const char *buf, size_t size,
-		   uint64_t off, int root, int delay, int *short_err);
-/* Give the inode's delayed data its blocks.  closed: no writer is left (its size is final). */
-int data_flush(struct rr_fs *rfs, struct rr_inode *ri, int closed);
-extern const struct rr_data_hooks data_hooks;	/* for rr_fs_open */
-/* data_flush for every inode with delayed data, as enum rr_flush says. */
-int data_flush_all(struct rr_fs *rfs, enum rr_flush how);
-/* The last writer closed the file: its delayed data is held (the default), or flushed (-o delalloc=close). */
-int data_close(struct rr_fs *rfs, struct rr_inode *ri);
-/* rrctl -s: delayed data held now, by how many files, the most held at once; the limits on it, in bytes. */
-void data_stats(struct rr_fs *rfs, uint64_t *blocks, uint64_t *files, uint64_t *peak, uint64_t *background,
-		uint64_t *limit);
-/* Forget the inode's delayed data: the in-memory inode is going (logged unless it was unlinked). */
-int data_grow(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size);
-int data_truncate(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size);
-int data_fallocate(struct rr_fs *rfs, struct rr_inode *ri, int mode, uint64_t off, uint64_t len,
-		   int root);
-int64_t data_seek(struct rr_fs *rfs, struct rr_inode *ri, uint64_t off, int whence);
-int data_write_new_file(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in,
-			const char *buf, size_t len);
 
 #endif

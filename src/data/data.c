@@ -27,6 +27,8 @@
  * the disk: a reader never sees stale blocks.  Past i_size, the rest of the
  * last block is kept zero on disk, so growing a file never exposes old bytes.
  */
+#include "data.h"
+#include "dbuf.h"
 #include "error.h"
 #include "rrfs.h"
 #include "dev.h"

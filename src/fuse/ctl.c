@@ -7,6 +7,7 @@
  */
 #include "ctl.h"
 #include "cache.h"
+#include "data.h"
 #include "dev.h"
 #include "log.h"
 #include "rrfs.h"

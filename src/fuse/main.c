@@ -7,6 +7,7 @@
 #include "ops.h"
 #include "channel.h"
 #include "ctl.h"
+#include "data.h"
 #include <et/com_err.h>
 #include <ext2fs/ext2_err.h>
 #include "log.h"

@@ -6,6 +6,7 @@
 #include "ops_int.h"
 #include "attr.h"
 #include "channel.h"
+#include "data.h"
 #include "dir.h"
 #include "error.h"
 #include "dev.h"

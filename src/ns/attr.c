@@ -6,6 +6,7 @@
  */
 #include "attr.h"
 #include "acl.h"
+#include "data.h"
 #include "xattr.h"
 #include "log.h"
 

@@ -4,6 +4,7 @@
  * data block of its own, as ext4 keeps them.
  */
 #include "symlink.h"
+#include "data.h"
 #include "log.h"
 
 #include <errno.h>

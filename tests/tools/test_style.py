@@ -1,6 +1,7 @@
 """The house rules that can be counted (issue 27): no function outside
 tests/ over 120 lines, the FUSE operation table's file under 700, the
-README about 300 lines with every document it sends readers to there."""
+README about 300 lines with every document it sends readers to there;
+and (issue 41) no header declaring what another room's folder defines."""
 import os
 import re
 import subprocess
@@ -138,3 +139,72 @@ def test_readme_and_design_name_only_paths_that_exist():
         missing += ["%s: %s" % (doc, p) for p in sorted(paths)
                     if not re.search(r"/[A-Z]+\.", p) and not os.path.exists(os.path.join(REPO, p))]
     assert not missing, "named but not in the tree: %s" % missing
+
+
+# The one exemption: include/rrfuse/ holds the public interfaces (the
+# allocator's API the core calls, alloc.h; the policy API plug-ins build
+# against, policy.h) and no .c file of its own, by design: what they declare
+# is defined by the allocator engine, allocators/, and by no other folder.
+PUBLIC_HEADERS_DEFINED_IN = {"include/rrfuse": {"allocators"}}
+
+
+def _strip_c(text):
+    """A header's top level: comments, preprocessor lines (continued ones
+    too) and the insides of braces gone, so that what stays of a name
+    followed by ( is a declaration, not a call in a macro or an inline
+    function's body."""
+    text = re.sub(r"/\*.*?\*/|//[^\n]*", " ", text, flags=re.S)
+    text = re.sub(r"^[ \t]*#(?:[^\n]*\\\n)*[^\n]*", " ", text, flags=re.M)
+    # C++'s extern "C" { wraps a whole header's declarations: not a body (its } is let pass below).
+    text = re.sub(r'\bextern\s*"C"\s*\{', " ", text)
+    out, depth = [], 0
+    for ch in text:
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth = max(depth - 1, 0)
+        elif not depth:
+            out.append(ch)
+    return "".join(out)
+
+
+def test_no_header_declares_what_another_room_defines():
+    """The rooms' walls (meson.build) stop an #include, not a declaration:
+    a header in one folder declaring a function (or extern object) that a
+    .c file of another folder defines lets a room call past its wall.  So
+    each non-static function and extern object a header declares is
+    defined in that header's own folder (include/rrfuse/ aside, above)."""
+    files = tracked("*.c", "*.h")
+    defined = {}
+    for path in files:
+        if not path.endswith(".c"):
+            continue
+        folder = os.path.dirname(path)
+        for _, sig, _ in functions(path):
+            sig = re.sub(r"^__attribute__\(\(.*?\)\)\s*", "", sig)
+            if sig.startswith("static") or "(" not in sig:
+                continue
+            defined.setdefault(re.findall(r"(\w+)\(", sig)[0], set()).add(folder)
+        with open(os.path.join(REPO, path)) as f:
+            for m in re.finditer(r"^(?!static|extern|typedef)[A-Za-z_][\w \t*]*?\b(\w+)(?:\[[^]\n]*\])?\s*=",
+                                 f.read(), flags=re.M):
+                defined.setdefault(m.group(1), set()).add(folder)
+    assert len(defined) > 200, "the definitions were not found"
+    declared = {}
+    for path in files:
+        if path.endswith(".h"):
+            with open(os.path.join(REPO, path)) as f:
+                top = _strip_c(f.read())
+            declared[path] = set(re.findall(r"(?<![\w(*])(\w+)\s*\(", top)) | set(
+                re.findall(r"\bextern\b[^;(]*?\b(\w+)\s*(?:\[[^]]*\])?\s*;", top))
+    # The reader must see known declarations (one inside extern "C"), or it would pass on anything.
+    assert {"data_read", "data_hooks"} <= declared.get("src/data/data.h", set()), "data.h not read"
+    assert "rrp_groups" in declared.get("include/rrfuse/policy.h", set()), "policy.h not read"
+    crossing = []
+    for path, names in declared.items():
+        folder = os.path.dirname(path)
+        allowed = PUBLIC_HEADERS_DEFINED_IN.get(folder, {folder})
+        for name in sorted(names):
+            if name in defined and not defined[name] & allowed:
+                crossing.append("%s: %s (%s)" % (path, name, ", ".join(sorted(defined[name]))))
+    assert not crossing, "declared in one room, defined in another: %s" % crossing

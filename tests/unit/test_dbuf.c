@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Unit tests: the delayed-allocation buffer (src/core/dbuf.c) against a plain
+ * Unit tests: the delayed-allocation buffer (src/data/dbuf.c) against a plain
  * byte array that models a file's holes, through random writes, reads,
  * truncates and flushes of its front run; plus the run shapes the flush
  * relies on (a file written in order is one run) and the space promised

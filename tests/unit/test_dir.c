@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 
 #include "rrfs.h"
+#include "data.h"
 #include "dir.h"
 
 static int caller_gid(const struct rr_cred *cr, gid_t gid)

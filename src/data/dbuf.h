@@ -7,36 +7,17 @@
  * its flush asks the allocator for all of it at once.
  *
  * Pure memory: no locks (the owner's rw lock covers it), no I/O, no
- * allocator.  Unit-tested in tests/unit/test_dbuf.c.
+ * allocator.  Only the data layer fills, reads and flushes it, so its
+ * functions live here, in src/data/.  Unit-tested in tests/unit/test_dbuf.c.
  */
 #ifndef RRFUSE_DBUF_H
 #define RRFUSE_DBUF_H
 
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
-/*
- * A run's memory is page aligned (so a device opened O_DIRECT takes it
- * without a bounce) and zero where never written: a small run's on the
- * heap, a larger one its own anonymous mapping, grown by mremap without a
- * copy and back to the system when freed (dbuf.c says when).
- */
-struct rr_drun {
-	uint64_t lblk;
-	uint32_t n;		/* blocks held */
-	uint32_t hw;		/* blocks of buf ever used: past it the memory is still zero */
-	size_t mapped;		/* bytes mapped at buf */
-	char *buf;
-};
-
-struct rr_dbuf {
-	struct rr_drun *v;
-	uint32_t cnt;
-	size_t cap;
-	/* Blocks held; read without the owner's lock (st_blocks, limits). */
-	atomic_uint_fast64_t blocks;
-};
+/* The buffer's type is the core's: the in-memory inode holds one (dbuf_type.h says why). */
+#include "dbuf_type.h"
 
 /* Blocks of [lblk, lblk+n) that the buffer does not hold. */
 uint64_t dbuf_missing(const struct rr_dbuf *d, uint64_t lblk, uint64_t n);

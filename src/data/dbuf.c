@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
-/* A file's delayed-allocation buffer (see dbuf.h). */
+/*
+ * A file's delayed-allocation buffer (see dbuf.h).  Here in the data layer,
+ * its only user; the type stays in the core (src/core/dbuf_type.h), as the
+ * in-memory inode holds one.
+ */
 #include "dbuf.h"
 #include "rrfuse/grow.h"
 
