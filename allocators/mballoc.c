@@ -73,6 +73,7 @@
  */
 #include "mballoc.h"
 #include "mb_format.h"
+#include "mb_normalize.h"
 #include "policy.h"
 #include "rrfuse/grow.h"
 
