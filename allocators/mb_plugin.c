@@ -26,6 +26,7 @@
  */
 #include "mballoc.h"
 #include "policy.h"
+#include "mb_tunables.h"
 #include "rrfuse/policy.h"
 #include "rrfuse/rrctl_wire.h"
 
@@ -362,21 +363,6 @@ const struct mb_policy *mb_plugin_find(const char *name)
 		;
 	pthread_mutex_unlock(&plugins_lock);
 	return p ? &p->mb : NULL;
-}
-
-int mb_policy_name_ok(const char *name)
-{
-	size_t i, n = strlen(name);
-
-	if (!n || n >= RR_POLICY_NAME_LEN)
-		return 0;
-	if (name[0] == '/')
-		return 1;
-	for (i = 0; i < n; i++)
-		if (!((name[i] >= 'a' && name[i] <= 'z') || (name[i] >= 'A' && name[i] <= 'Z') ||
-		      (name[i] >= '0' && name[i] <= '9') || name[i] == '_' || name[i] == '-'))
-			return 0;
-	return 1;
 }
 
 /* As the kernel loads modules: for a shared mount, only root's files that nobody else can change. */

@@ -297,9 +297,6 @@ struct rr_alloc {
 
 /* A tunable, read where rrctl may change it meanwhile (no fs lock). */
 #define MB_T(a, f) __atomic_load_n(&(a)->t.f, __ATOMIC_RELAXED)
-/* mb_tunables.c: a numeric tunable's index by name (-1: none), and its value read as MB_T does (0: no index). */
-int mb_tunable_index(const char *name);
-unsigned int mb_tunable_load(const struct rr_alloc_tunables *t, int index);
 
 /* Engine services for the policy API (mb_plugin.c, mb_search.c; in mballoc.c). */
 int mb_load_group(struct rr_alloc *a, uint32_t g);

@@ -2,7 +2,6 @@
 /* The table of allocation policies, by name (see policy.h). */
 #include "policy.h"
 
-#include <stdio.h>
 #include <string.h>
 
 #define MB_POLICY(name) extern const struct mb_policy mb_policy_##name;
@@ -44,15 +43,6 @@ const struct mb_policy *mb_policy_find(const char *name)
 		if (!strcmp(mb_policies[i]->name, name))
 			return mb_policies[i];
 	return mb_plugin_find(name);
-}
-
-void mb_policy_names(char *buf, size_t len)
-{
-	size_t i, n = 0;
-
-	buf[0] = 0;
-	for (i = 0; i < NPOLICIES && n < len; i++)
-		n += (size_t)snprintf(buf + n, len - n, "%s%s", i ? ", " : "", mb_policies[i]->name);
 }
 
 const char *rr_alloc_builtin_policy(unsigned int i, const char **about)

@@ -33,11 +33,6 @@
 
 struct rrp_policy;
 
-/* Where allocator=NAME finds NAME.so without policy_dir (meson.build sets it from $libdir). */
-#ifndef RRFUSE_POLICY_DIR
-#define RRFUSE_POLICY_DIR "/usr/local/lib/rrfuse/policies"
-#endif
-
 struct mb_policy {
 	const char *name;
 	/* A policy on the public API (include/rrfuse/policy.h, mb_plugin.c): the engine's wrapper runs it. */
@@ -73,8 +68,6 @@ const struct mb_policy *mb_policy_find(const char *name);
  */
 const struct mb_policy *mb_policy_get(const char *name, const struct rr_alloc_tunables *t, char *err,
 				      size_t errlen);
-/* Does name look like a policy: a built-in, a plain name (NAME.so) or a path? */
-int mb_policy_name_ok(const char *name);
 /*
  * Make p the running policy (mb_ctl.c, fs lock held): p's init; the old
  * one's fini waits for detach.  0, or -ENOMEM with err set and the old
@@ -95,8 +88,5 @@ extern _Thread_local struct mb_ac *mb_pub_ac;
 extern _Thread_local int mb_pub_counted;
 /* regular's public side (regular.c), which rrp_regular runs directly. */
 extern const struct rrp_policy rrp_policy_regular __attribute__((visibility("hidden")));
-
-/* "regular, ..." for messages. */
-void mb_policy_names(char *buf, size_t len);
 
 #endif

@@ -16,6 +16,7 @@
 #include "rrfuse/policy.h"
 #include "../../allocators/mballoc.h"
 #include "../../allocators/policy.h"
+#include "../../allocators/mb_tunables.h"
 
 static char img[64];
 static ext2_filsys fs;
