@@ -14,6 +14,7 @@
  * lies told are logged by kind, for the tests to compare with rrctl -s.
  * Nothing else should ever run it.
  */
+#include "mb_host.h"
 #include "policy.h"
 
 #include <stdlib.h>

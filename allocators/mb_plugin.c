@@ -24,6 +24,7 @@
  * modules.  A loaded policy stays loaded until the
  * daemon exits: a request may still run in it after a switch away.
  */
+#include "mb_host.h"
 #include "mballoc.h"
 #include "policy.h"
 #include "mb_tunables.h"

@@ -73,7 +73,10 @@
  */
 #include "mballoc.h"
 #include "mb_format.h"
+#include "mb_guard.h"
+#include "mb_host.h"
 #include "mb_normalize.h"
+#include "mb_trace.h"
 #include "policy.h"
 #include "rrfuse/grow.h"
 
@@ -96,33 +99,6 @@
  */
 static _Thread_local int tl_nolock;
 
-static void log_stderr(int prio, const char *fmt, va_list ap)
-{
-	(void)prio;
-	fputs("rrfuse: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-}
-
-static rr_alloc_log_fn log_fn = log_stderr;
-
-rr_alloc_log_fn rr_alloc_set_log(rr_alloc_log_fn fn)
-{
-	rr_alloc_log_fn old = log_fn;
-
-	log_fn = fn ? fn : log_stderr;
-	return old;
-}
-
-void mb_log(int prio, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	log_fn(prio, fmt, ap);
-	va_end(ap);
-}
-
 static void mb_fail(const char *what, uint32_t g)
 {
 	mb_log(LOG_CRIT, "mballoc: %s (group %u)", what, g);
@@ -131,14 +107,9 @@ static void mb_fail(const char *what, uint32_t g)
 
 /* ---- geometry ---- */
 
-static uint64_t group_first(const struct rr_alloc *a, uint32_t g)
-{
-	return a->first_data_block + (uint64_t)g * a->bpg;
-}
-
 static uint32_t group_nblocks(const struct rr_alloc *a, uint32_t g)
 {
-	uint64_t left = ext2fs_blocks_count(a->fs->super) - group_first(a, g);
+	uint64_t left = ext2fs_blocks_count(a->fs->super) - mb_group_first(a, g);
 
 	return left < a->bpg ? (uint32_t)left : a->bpg;
 }
@@ -259,7 +230,7 @@ static uint8_t *group_bitmap(struct rr_alloc *a, uint32_t g)
 {
 	uint8_t *map = map_alloc(a);
 
-	if (map && ext2fs_get_block_bitmap_range2(a->fs->block_map, group_first(a, g), group_nblocks(a, g), map)) {
+	if (map && ext2fs_get_block_bitmap_range2(a->fs->block_map, mb_group_first(a, g), group_nblocks(a, g), map)) {
 		free(map);
 		return NULL;
 	}
@@ -389,7 +360,7 @@ void mb_prefetch(struct rr_alloc *a, uint32_t g, uint32_t n)
 static void group_verify(struct rr_alloc *a, uint32_t g)
 {
 	struct mb_group *grp = &a->groups[g];
-	uint64_t gfirst = group_first(a, g);
+	uint64_t gfirst = mb_group_first(a, g);
 	struct mb_buddy *b, fresh;
 	struct mb_pa *pa;
 	uint8_t *map;
@@ -503,7 +474,7 @@ static void take_locked(struct rr_alloc *a, uint32_t g, uint32_t off, uint32_t l
 	struct mb_group *grp = &a->groups[g];
 
 	if (!tl_nolock) {
-		disk_mark(a, group_first(a, g) + off, len, +1);
+		disk_mark(a, mb_group_first(a, g) + off, len, +1);
 		return;
 	}
 	map_set_range(grp->pmap, off, len);
@@ -576,7 +547,7 @@ void rr_alloc_settle(struct rr_alloc *a)
 		uint64_t blk = a->hints[i].pblk, end = blk + a->hints[i].len, run = 0;
 		uint32_t g = group_of(a, blk);
 		struct mb_group *grp = &a->groups[g];
-		uint64_t gfirst = group_first(a, g);
+		uint64_t gfirst = mb_group_first(a, g);
 
 		if (!a->hints[i].len)
 			continue;
@@ -643,7 +614,7 @@ static void lg_remove_locked(struct rr_alloc *a, struct mb_pa *pa)
 static void pa_give_back_locked(struct rr_alloc *a, struct mb_pa *pa, uint64_t xs, uint64_t xn)
 {
 	struct mb_group *grp = &a->groups[pa->group];
-	uint64_t gfirst = group_first(a, pa->group), b, run = 0, freed = 0;
+	uint64_t gfirst = mb_group_first(a, pa->group), b, run = 0, freed = 0;
 
 	for (b = pa->pstart; b <= pa->pstart + pa->len; b++) {
 		int give = b < pa->pstart + pa->len && !(b >= xs && b < xs + xn) &&
@@ -872,7 +843,7 @@ static int pa_use(struct rr_alloc *a, ext2_ino_t ino, uint64_t lblk, uint32_t le
 		/* The buddy has had these blocks since the PA was made: only the disk changes. */
 		map_set_range(pa->taken, i0, n);
 		pa->free -= n;
-		take_locked(a, pa->group, (uint32_t)(pa->pstart + i0 - group_first(a, pa->group)), n);
+		take_locked(a, pa->group, (uint32_t)(pa->pstart + i0 - mb_group_first(a, pa->group)), n);
 	}
 	pthread_mutex_unlock(&grp->lock);
 	if (!n) {
@@ -900,19 +871,6 @@ static int pa_use(struct rr_alloc *a, ext2_ino_t ino, uint64_t lblk, uint32_t le
  * share one group PA and sit next to each other.  FUSE worker threads come
  * and go, CPUs do not, so the number of groups stays bounded.
  */
-/* rr_alloc_use_cpu: the CPU a replay's requests were made on, -1 = this thread's own. */
-static _Thread_local int tl_cpu = -1;
-
-void rr_alloc_use_cpu(int cpu)
-{
-	tl_cpu = cpu;
-}
-
-int mb_cpu(void)
-{
-	return tl_cpu >= 0 ? tl_cpu : sched_getcpu();
-}
-
 uint32_t mb_cpu_slot(const struct rr_alloc *a)
 {
 	int cpu = mb_cpu();
@@ -1005,7 +963,7 @@ static int lg_use(struct rr_alloc *a, uint32_t slot, uint32_t len, uint64_t goal
 	pa->pstart += len;
 	pa->len -= len;
 	pa->free -= len;
-	take_locked(a, pa->group, (uint32_t)(out->pblk - group_first(a, pa->group)), len);
+	take_locked(a, pa->group, (uint32_t)(out->pblk - mb_group_first(a, pa->group)), len);
 	pthread_mutex_unlock(&grp->lock);
 	if (pa->len) {
 		lg_insert_locked(a, pa, &gone);
@@ -1259,7 +1217,7 @@ int mb_first_fit(struct rr_alloc *a, struct mb_ac *ac, uint64_t from, uint32_t n
 	if (!valid_block(a, from))
 		from = a->first_data_block;
 	g0 = group_of(a, from);
-	s0 = (uint32_t)(from - group_first(a, g0));
+	s0 = (uint32_t)(from - mb_group_first(a, g0));
 	for (i = 0; i <= a->ngroups; i++) {
 		uint32_t g = (g0 + i) % a->ngroups, lo = i ? 0 : s0, hi, pos, s, l;
 		struct mb_group *grp = &a->groups[g];
@@ -1295,17 +1253,12 @@ int mb_first_fit(struct rr_alloc *a, struct mb_ac *ac, uint64_t from, uint32_t n
 	return 0;
 }
 
-uint64_t mb_block_of(const struct rr_alloc *a, const struct mb_ext *ex)
-{
-	return group_first(a, ex->group) + ex->start;
-}
-
 int mb_ext_of(const struct rr_alloc *a, uint64_t blk, uint32_t len, struct mb_ext *ex)
 {
 	if (!valid_block(a, blk))
 		return -1;
 	ex->group = group_of(a, blk);
-	ex->start = (uint32_t)(blk - group_first(a, ex->group));
+	ex->start = (uint32_t)(blk - mb_group_first(a, ex->group));
 	ex->len = len;
 	return 0;
 }
@@ -1391,7 +1344,7 @@ static void ac_init(struct rr_alloc *a, struct mb_ac *ac, const struct rr_alloc_
 		ac->hints |= MB_HINT_TRY_GOAL;
 	}
 	ac->o_ex.group = group_of(a, goal);
-	ac->o_ex.start = (uint32_t)(goal - group_first(a, ac->o_ex.group));
+	ac->o_ex.start = (uint32_t)(goal - mb_group_first(a, ac->o_ex.group));
 	ac->o_ex.len = len;
 	ac->o_ex.logical = req->lblk;
 	ac->g_ex = ac->o_ex;
@@ -1426,7 +1379,7 @@ static void ac_normalize(struct rr_alloc *a, struct mb_ac *ac, const struct rr_a
 	ac->g_ex.len = (uint32_t)n.size;
 	if (n.goal && valid_block(a, n.goal)) {
 		ac->g_ex.group = group_of(a, n.goal);
-		ac->g_ex.start = (uint32_t)(n.goal - group_first(a, ac->g_ex.group));
+		ac->g_ex.start = (uint32_t)(n.goal - mb_group_first(a, ac->g_ex.group));
 		ac->hints |= MB_HINT_TRY_GOAL | MB_HINT_MERGE_GOAL;
 	}
 }
@@ -1442,7 +1395,7 @@ static enum mb_refusal busy_kind(struct rr_alloc *a, uint32_t g, uint32_t start,
 	const uint8_t *fmap = group_fmap(a, grp);
 	uint32_t i;
 
-	if (pa_overlapping(a, g, group_first(a, g) + start, len, NULL))
+	if (pa_overlapping(a, g, mb_group_first(a, g) + start, len, NULL))
 		return MB_REFUSE_RESERVED;
 	for (i = start; i < start + len; i++)
 		if (mb_bit_test(grp->pmap, i) || mb_bit_test(fmap, i))
@@ -1583,7 +1536,7 @@ static int ac_use(struct rr_alloc *a, struct mb_ac *ac, int make_pa, struct rr_e
 		free(pa);
 		return ret;
 	}
-	take_locked(a, g, (uint32_t)(out->pblk - group_first(a, g)), out->len);
+	take_locked(a, g, (uint32_t)(out->pblk - mb_group_first(a, g)), out->len);
 	pa->gnext = a->groups[g].pas;
 	a->groups[g].pas = pa;
 	pthread_mutex_unlock(&a->groups[g].lock);
@@ -1810,9 +1763,9 @@ static int take_frozen(struct rr_alloc *a, const struct rr_alloc_req *req, struc
 			grp = &a->groups[group_of(a, blk)];
 			pthread_mutex_lock(&grp->lock);
 			fmap = group_fmap(a, grp);
-			taken = fmap && mb_bit_test(fmap, blk - group_first(a, group_of(a, blk)));
+			taken = fmap && mb_bit_test(fmap, blk - mb_group_first(a, group_of(a, blk)));
 			if (taken)
-				mb_bit_clear(fmap, blk - group_first(a, group_of(a, blk)));
+				mb_bit_clear(fmap, blk - mb_group_first(a, group_of(a, blk)));
 			pthread_mutex_unlock(&grp->lock);
 			/* Taken on disk since (libext2fs marked it): not this one. */
 			if (!taken || ext2fs_test_block_bitmap2(a->fs->block_map, blk))
@@ -1925,7 +1878,7 @@ static void frozen_add(struct mb_frozen *f, uint64_t blk, uint64_t len)
 static void free_freed(struct rr_alloc *a, uint32_t g, uint64_t blk, uint32_t n)
 {
 	struct mb_group *grp = &a->groups[g];
-	uint32_t off = (uint32_t)(blk - group_first(a, g)), i, run = 0, twice = 0;
+	uint32_t off = (uint32_t)(blk - mb_group_first(a, g)), i, run = 0, twice = 0;
 	int freeze = !!a->commit;
 	uint8_t *fmap;
 
@@ -1978,7 +1931,7 @@ static void free_freed(struct rr_alloc *a, uint32_t g, uint64_t blk, uint32_t n)
 static void thaw(struct rr_alloc *a, uint32_t g, uint64_t blk, uint32_t n)
 {
 	struct mb_group *grp = &a->groups[g];
-	uint32_t off = (uint32_t)(blk - group_first(a, g)), i, run = 0;
+	uint32_t off = (uint32_t)(blk - mb_group_first(a, g)), i, run = 0;
 	uint8_t *fmap = group_fmap(a, grp);
 
 	pthread_mutex_lock(&grp->lock);
@@ -2008,7 +1961,7 @@ static void free_range(struct rr_alloc *a, uint64_t blk, uint64_t len, int thaw_
 {
 	while (len) {
 		uint32_t g = group_of(a, blk);
-		uint64_t n = group_first(a, g) + group_nblocks(a, g) - blk;
+		uint64_t n = mb_group_first(a, g) + group_nblocks(a, g) - blk;
 
 		if (n > len)
 			n = len;
@@ -2084,7 +2037,7 @@ static void claim_range(struct rr_alloc *a, uint64_t blk, uint64_t len)
 {
 	while (len) {
 		uint32_t g = group_of(a, blk), off, end, s, l;
-		uint64_t n = group_first(a, g) + group_nblocks(a, g) - blk;
+		uint64_t n = mb_group_first(a, g) + group_nblocks(a, g) - blk;
 		struct mb_group *grp = &a->groups[g];
 
 		if (n > len)
@@ -2095,7 +2048,7 @@ static void claim_range(struct rr_alloc *a, uint64_t blk, uint64_t len)
 		if (!grp->buddy) {
 			atomic_store(&grp->free, ext2fs_bg_free_blocks_count(a->fs, g));
 		} else {
-			off = (uint32_t)(blk - group_first(a, g));
+			off = (uint32_t)(blk - mb_group_first(a, g));
 			end = off + (uint32_t)n;
 			while (off < end && !mb_buddy_next_run(grp->buddy, off, &s, &l) && s < end) {
 				if (l > end - s)
@@ -2119,7 +2072,7 @@ static void claim_range(struct rr_alloc *a, uint64_t blk, uint64_t len)
 static uint32_t take_pending_run(struct rr_alloc *a, uint32_t g, uint64_t blk, uint32_t n, int *pending)
 {
 	struct mb_group *grp = &a->groups[g];
-	uint32_t off = (uint32_t)(blk - group_first(a, g)), i;
+	uint32_t off = (uint32_t)(blk - mb_group_first(a, g)), i;
 
 	if (!grp->pmap) {
 		*pending = 0;
@@ -2140,7 +2093,7 @@ static void each_pending_run(struct rr_alloc *a, uint64_t blk, uint64_t len,
 {
 	while (len) {
 		uint32_t g = group_of(a, blk), n;
-		uint64_t rest = group_first(a, g) + group_nblocks(a, g) - blk;
+		uint64_t rest = mb_group_first(a, g) + group_nblocks(a, g) - blk;
 		struct mb_group *grp = &a->groups[g];
 		int pending;
 
@@ -2194,7 +2147,7 @@ static void free_run(struct rr_alloc *a, uint64_t blk, uint32_t n, int pending)
 	/* Handed out of a PA: the PA goes first, as for any free inside one. */
 	pa_discard_overlap(a, blk, n, 1);
 	pthread_mutex_lock(&grp->lock);
-	if (mb_buddy_free(grp->buddy, (uint32_t)(blk - group_first(a, g)), n))
+	if (mb_buddy_free(grp->buddy, (uint32_t)(blk - mb_group_first(a, g)), n))
 		mb_fail("giving back pending blocks that are free", g);
 	group_update(a, g);
 	pthread_mutex_unlock(&grp->lock);
@@ -2234,7 +2187,7 @@ static void apply_range(struct rr_alloc *a, uint64_t blk, uint64_t num, int inus
 static uint64_t changed_from(struct rr_alloc *a, uint32_t g, uint64_t end, int inuse)
 {
 	struct mb_group *grp = &a->groups[g];
-	uint64_t gfirst = group_first(a, g), s = end;
+	uint64_t gfirst = mb_group_first(a, g), s = end;
 	struct mb_pa *pa;
 
 	while (s > gfirst) {
@@ -2279,7 +2232,7 @@ static void cb_stats_range(ext2_filsys fs, blk64_t blk, blk_t num, int inuse)
 	}
 	for (n = 0; n < 2 && end > a->first_data_block; n++) {
 		uint32_t g = group_of(a, end - 1);
-		uint64_t gfirst = group_first(a, g), s;
+		uint64_t gfirst = mb_group_first(a, g), s;
 
 		if (!a->groups[g].buddy) {
 			mb_load_group(a, g);
@@ -2364,14 +2317,14 @@ static errcode_t cb_new_range(ext2_filsys fs, int flags, blk64_t goal, blk64_t l
 		if (mb_load_group(a, g))
 			return EXT2_ET_BLOCK_ALLOC_FAIL;
 		pthread_mutex_lock(&a->groups[g].lock);
-		n = mb_buddy_extent_at(a->groups[g].buddy, (uint32_t)(goal - group_first(a, g)),
+		n = mb_buddy_extent_at(a->groups[g].buddy, (uint32_t)(goal - mb_group_first(a, g)),
 				       len < a->bpg ? (uint32_t)len : a->bpg);
 		pthread_mutex_unlock(&a->groups[g].lock);
 		if ((flags & EXT2_NEWRANGE_MIN_LENGTH) && n < len)
 			n = 0;
 		if (n) {
 			/* Held for libext2fs until settle, as every choice made for it. */
-			struct mb_ac ac = { .b_ex = { .group = g, .start = (uint32_t)(goal - group_first(a, g)),
+			struct mb_ac ac = { .b_ex = { .group = g, .start = (uint32_t)(goal - mb_group_first(a, g)),
 						      .len = n } };
 
 			if (use_hint(a, &ac, n, &ex))

@@ -31,29 +31,6 @@
 
 #include "mballoc.h"
 
-struct rrp_policy;
-
-struct mb_policy {
-	const char *name;
-	/* A policy on the public API (include/rrfuse/policy.h, mb_plugin.c): the engine's wrapper runs it. */
-	const struct rrp_policy *pub;
-	/*
-	 * Optional: init sets a->policy_priv (choose then finds it in
-	 * ac->priv), fini frees it (a->policy_priv set to it).  init runs at
-	 * attach and at a live switch (rrctl allocator=NAME, mb_ctl.c); fini
-	 * only at detach, also for policies switched away from, as a request
-	 * may still be running in them after the switch.
-	 */
-	int (*init)(struct rr_alloc *a, const struct mb_policy *self);
-	void (*fini)(struct rr_alloc *a, const struct mb_policy *self);
-	/*
-	 * Find blocks for ac (leaves the found extent in ac->b_ex, not yet
-	 * marked used).  ac->priv is NULL when the engine runs the policy as
-	 * a fallback (regular, for a policy that found nothing or was refused).
-	 */
-	void (*choose)(struct rr_alloc *a, const struct mb_policy *self, struct mb_ac *ac);
-};
-
 /* The others fall back on it for metadata. */
 extern const struct mb_policy mb_policy_regular;
 

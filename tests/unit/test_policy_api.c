@@ -17,6 +17,7 @@
 #include "../../allocators/mballoc.h"
 #include "../../allocators/policy.h"
 #include "../../allocators/mb_tunables.h"
+#include "../../allocators/mb_guard.h"
 
 static char img[64];
 static ext2_filsys fs;
