@@ -38,36 +38,6 @@ int rr_alloc_get(struct rr_alloc *a, const char *name, char *buf, size_t len, ch
 }
 
 /*
- * Start the new policy (its init sets a->policy_priv) and make it the one
- * requests run.  The old one keeps its state until detach, where its fini
- * runs: a request without the fs lock may still be inside it.  A failed
- * start leaves the old one running.
- */
-int mb_policy_switch(struct rr_alloc *a, const struct mb_policy *p, char *err, size_t errlen)
-{
-	void *old_priv = a->policy_priv;
-	struct mb_running *run;
-
-	if (p == a->policy)
-		return 0;
-	run = calloc(1, sizeof(*run));
-	a->policy_priv = NULL;
-	if (!run || (p->init && p->init(a, p))) {
-		free(run);
-		a->policy_priv = old_priv;
-		snprintf(err, errlen, "allocator '%s' could not start (%s)", p->name,
-			 run ? "its init failed" : "out of memory");
-		return run ? -EINVAL : -ENOMEM;
-	}
-	run->policy = p;
-	run->priv = a->policy_priv;
-	run->retired = atomic_load(&a->run);
-	atomic_store(&a->run, run);
-	a->policy = p;
-	return 0;
-}
-
-/*
  * Requests without the fs lock read the tunables meanwhile (MB_T): every
  * field is stored on its own, atomically.  The policy's name is read under
  * the fs lock only.

@@ -18,6 +18,7 @@
 #include "../../allocators/policy.h"
 #include "../../allocators/mb_tunables.h"
 #include "../../allocators/mb_guard.h"
+#include "../../allocators/mb_plugin.h"
 
 static char img[64];
 static ext2_filsys fs;
