@@ -225,6 +225,8 @@ struct rr_alloc {
 	struct mb_running *_Atomic run;
 	const struct mb_policy *policy;
 	void *policy_priv;		/* set by a policy's init, handed to its fini (fs lock) */
+	/* Serves a request the running policy could not, or whose answer was refused: regular. */
+	const struct mb_policy *fallback;
 	uint64_t meta_resv;
 	uint32_t ngroups, bpg;
 	uint64_t first_data_block;

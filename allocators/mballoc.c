@@ -72,12 +72,10 @@
  *  - stats are atomics; in_engine and the hints are under the fs lock.
  */
 #include "mballoc.h"
-#include "mb_format.h"
 #include "mb_guard.h"
 #include "mb_host.h"
 #include "mb_normalize.h"
 #include "mb_trace.h"
-#include "policy.h"
 #include "rrfuse/grow.h"
 
 #include <errno.h>
@@ -1603,9 +1601,9 @@ static int choose_checked(struct rr_alloc *a, struct mb_running *run, const stru
 			}
 			mb_guard_refuse(a, run, (enum mb_refusal)why);
 		}
-		if (p == &mb_policy_regular)
+		if (p == a->fallback)
 			return -ENOSPC;
-		p = &mb_policy_regular;
+		p = a->fallback;
 		*ac = asked;
 	}
 }
@@ -1689,7 +1687,7 @@ static int mb_new_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, uin
 			ac_normalize(a, &ac, req);
 		}
 		ac.orig_goal_len = ac.g_ex.len;
-		ret = choose_checked(a, run, refused || atomic_load(&run->off) ? &mb_policy_regular : run->policy,
+		ret = choose_checked(a, run, refused || atomic_load(&run->off) ? a->fallback : run->policy,
 				     &ac);
 		if (ret)
 			return ret;
@@ -2383,27 +2381,23 @@ static void alloc_free(struct rr_alloc *a)
 	free(a);
 }
 
-int rr_alloc_attach(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr_alloc **out)
+/*
+ * The engine for fs with tunables t: its groups known by their descriptors
+ * alone and the answer checks ready, but no policy running and libext2fs's
+ * callbacks not taken yet (rr_alloc_attach, mb_attach.c, does both).
+ */
+int mb_engine_new(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr_alloc **out)
 {
 	struct rr_alloc *a = calloc(1, sizeof(*a));
 	uint64_t blocks = ext2fs_blocks_count(fs->super);
 	unsigned int bbits = (unsigned int)__builtin_ctz(fs->blocksize);
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-	const struct mb_policy *policy;
-	char err[512];
 	uint32_t g, i;
-	int ret;
 
 	if (!a)
 		return -ENOMEM;
-	if (t)
-		a->t = *t;
-	else
-		rr_alloc_tunables_default(&a->t);
-	policy = mb_policy_get(a->t.policy, &a->t, err, sizeof(err));
-	if (!policy || EXT2FS_CLUSTER_RATIO(fs) != 1) {
-		if (!policy)
-			mb_log(LOG_ERR, "%s", err);
+	a->t = *t;
+	if (EXT2FS_CLUSTER_RATIO(fs) != 1) {
 		free(a);
 		return -EINVAL;
 	}
@@ -2462,23 +2456,24 @@ int rr_alloc_attach(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr
 		atomic_init(&grp->list_order[1], -1);
 	}
 	if (mb_guard_attach(a)) {
-		rr_alloc_detach(a);
+		mb_engine_free(a);
 		return -ENOMEM;
 	}
-	ret = mb_policy_switch(a, policy, err, sizeof(err));
-	if (ret) {
-		mb_log(LOG_ERR, "%s", err);
-		rr_alloc_detach(a);
-		return ret;
-	}
+	*out = a;
+	return 0;
+}
+
+/* libext2fs's allocations and bitmap changes come to a from now on (mb_engine_free gives them back). */
+void mb_engine_hook(struct rr_alloc *a)
+{
+	ext2_filsys fs = a->fs;
+
 	a->old_priv = fs->priv_data;
 	fs->priv_data = a;
 	ext2fs_set_alloc_block_callback(fs, cb_get_alloc_block, &a->old_get_alloc_block);
 	ext2fs_set_new_range_callback(fs, cb_new_range, &a->old_new_range);
 	ext2fs_set_block_alloc_stats_callback(fs, cb_stats, &a->old_stats);
 	ext2fs_set_block_alloc_stats_range_callback(fs, cb_stats_range, &a->old_stats_range);
-	*out = a;
-	return 0;
 }
 
 void rr_alloc_set_lock(struct rr_alloc *a, void (*lock)(void *), void (*unlock)(void *), void *arg)
@@ -2488,38 +2483,12 @@ void rr_alloc_set_lock(struct rr_alloc *a, void (*lock)(void *), void (*unlock)(
 	a->host_arg = arg;
 }
 
-/* With mb_stats, the statistics at unmount (as the kernel's ext4_mb_release), in rrctl -s's text. */
-static void print_stats(struct rr_alloc *a)
-{
-	struct rrctl_stats st;
-
-	char *text = NULL, *line, *save = NULL;
-	size_t len = 0;
-	FILE *f;
-
-	memset(&st, 0, sizeof(st));
-	rr_alloc_stats(a, &st);
-	/* rrctl -s's text, a log line for each of its lines. */
-	f = open_memstream(&text, &len);
-	if (!f)
-		return;
-	mb_format_stats(f, &st);
-	mb_format_refusals(f, &st);
-	if (fclose(f) == 0)
-		for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
-			mb_log(LOG_INFO, "%s", line);
-	free(text);
-}
-
-void rr_alloc_detach(struct rr_alloc *a)
+/* a and all it holds, the policies' state too; libext2fs's callbacks given back if it took them. */
+void mb_engine_free(struct rr_alloc *a)
 {
 	struct mb_running *run, *next;
 	uint32_t g, i;
 
-	if (!a)
-		return;
-	if (a->t.mb_stats)
-		print_stats(a);
 	if (a->fs->priv_data == a) {
 		rr_alloc_settle(a);
 		/* PAs were never on disk: dropping them leaves the bitmap holding only owned blocks. */

@@ -9,6 +9,10 @@
 
 #include "mb_types.h"
 
+/* The engine's life (mb_attach.c drives it): built, given libext2fs's callbacks, taken down. */
+int mb_engine_new(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr_alloc **out);
+void mb_engine_hook(struct rr_alloc *a);
+void mb_engine_free(struct rr_alloc *a);
 int mb_load_group(struct rr_alloc *a, uint32_t g);
 void mb_prefetch(struct rr_alloc *a, uint32_t g, uint32_t n);
 int mb_good_group(struct rr_alloc *a, struct mb_ac *ac, uint32_t g, enum mb_cr cr);
