@@ -15,7 +15,7 @@
  * Nothing else should ever run it.
  */
 #include "mb_host.h"
-#include "policy.h"
+#include "policies.h"
 
 #include <stdlib.h>
 #include <syslog.h>

@@ -2,13 +2,13 @@
 /*
  * The allocator's life, above the engine and the policies alike: attach
  * builds the engine (mballoc.c), starts the policy the tunables name
- * (policy.c) and then hands libext2fs's callbacks to the engine; detach
+ * (policies.c) and then hands libext2fs's callbacks to the engine; detach
  * logs the statistics (mb_stats) and takes it all down.
  */
 #include "mb_format.h"
 #include "mb_host.h"
 #include "mballoc.h"
-#include "policy.h"
+#include "policies.h"
 #include "rrfuse/rrctl_wire.h"
 
 #include <errno.h>

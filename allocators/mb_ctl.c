@@ -8,7 +8,7 @@
  * Validation stays in mb_tunables.c.
  */
 #include "mballoc.h"
-#include "policy.h"
+#include "policies.h"
 #include "rrfuse/rrctl_wire.h"
 
 #include <errno.h>

@@ -2,7 +2,7 @@
 /*
  * The public policy API (include/rrfuse/policy.h) on the engine: the
  * wrapper that runs an rrp_policy as an mb_policy and the services a policy
- * calls (policy.c loads the policies built outside rrfuse).
+ * calls (policies.c loads the policies built outside rrfuse).
  *
  * The engine handle is the allocator itself, opaque to policies.  A
  * request is translated for the policy and its answer back into ac->b_ex,

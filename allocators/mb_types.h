@@ -3,10 +3,10 @@
  * The allocator's state and the engine's request, as types only: struct
  * rr_alloc and what it holds, the allocation context, a policy's entry.
  * Shared by the engine (mballoc.c), the files it calls (mb_guard.c,
- * mb_trace.c) and those above it (mb_plugin.c, mb_search.c, policy.c,
+ * mb_trace.c) and those above it (mb_plugin.c, mb_search.c, policies.c,
  * mb_ctl.c, mb_attach.c): a header of its own, so that sharing a type
  * ties no file to another.  Policies do not see it, but for liar (fault
- * injection, allocators/policy.h): the built-ins use
+ * injection, allocators/policies.h): the built-ins use
  * include/rrfuse/policy.h only.  Nothing here is visible to the daemon; it
  * sees include/rrfuse/alloc.h only.  The design and the locking rules are
  * stated at the top of mballoc.c.
@@ -135,7 +135,7 @@ struct mb_ac {
 
 struct rrp_policy;
 
-/* A policy as the engine runs it (allocators/policy.h says which are which). */
+/* A policy as the engine runs it (allocators/policies.h says which are which). */
 struct mb_policy {
 	const char *name;
 	/* A policy on the public API (include/rrfuse/policy.h, mb_plugin.c): the engine's wrapper runs it. */

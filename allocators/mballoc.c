@@ -11,7 +11,7 @@
  *    one pass over the descriptors and no bitmap work; BLOCK_UNINIT groups
  *    are synthesised by libext2fs in memory and never read.
  *  - A data request of a file is normalised (mb_normalize.c) into the
- *    window one preallocation should cover; a policy (policy.h; regular.c
+ *    window one preallocation should cover; a policy (policies.h; regular.c
  *    is the kernel's criteria cascade) finds free space for it; the part
  *    the request needs goes to disk (bitmap, descriptor, checksums, free
  *    counts: ext2fs_block_alloc_stats_range does that work), the rest

@@ -11,7 +11,7 @@
  *
  * The engine behind it is allocators/mballoc.c (the kernel's mballoc: buddy
  * per group, request normalisation, inode preallocations, the criteria
- * cascade) with a policy chosen by name (allocators/policy.h).
+ * cascade) with a policy chosen by name (allocators/policies.h).
  *
  * Locking: the caller holds the fs lock (libext2fs's bitmaps are the
  * state), except for rr_alloc_blocks with RR_ALLOC_NOLOCK, rr_alloc_avail,

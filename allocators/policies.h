@@ -24,8 +24,8 @@
  * by regular; only b_ex is taken from ac, the request's fields are put
  * back after choose.
  */
-#ifndef RR_MB_POLICY_H
-#define RR_MB_POLICY_H
+#ifndef RR_MB_POLICIES_H
+#define RR_MB_POLICIES_H
 
 #include <stddef.h>
 

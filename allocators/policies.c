@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The allocation policies by name, and the one running (see policy.h):
+ * The allocation policies by name, and the one running (see policies.h):
  * the table of the built-in ones, the loading of those built outside
  * rrfuse, and the switch from one to another.
  *
@@ -16,7 +16,7 @@
 #include "mb_host.h"
 #include "mb_plugin.h"
 #include "mb_tunables.h"
-#include "policy.h"
+#include "policies.h"
 #include "rrfuse/policy.h"
 #include "rrfuse/rrctl_wire.h"
 
