@@ -115,7 +115,7 @@ void rr_alloc_tunables_default(struct rr_alloc_tunables *t);
 const char *rr_alloc_builtin_policy(unsigned int i, const char **about);
 /*
  * Load the policy t names if it is no built-in (a NAME.so, a path: see
- * allocators/mb_plugin.c), so that a mount refuses it before opening the
+ * allocators/policies.c), so that a mount refuses it before opening the
  * image; 0, or -EINVAL with the reason in err.  An empty name is the default.
  */
 int rr_alloc_policy_check(const struct rr_alloc_tunables *t, char *err, size_t errlen);
