@@ -4,8 +4,8 @@
  * the groups' buddy summaries and the statistics, as records
  * (include/rrfuse/rrctl_wire.h).  Called with the fs lock held; requests of
  * file data may be running meanwhile without it (RR_ALLOC_NOLOCK), so a
- * tunable is stored atomically and a policy is replaced, not freed.
- * Validation stays in mb_tunables.c.
+ * tunable is stored atomically and a policy is replaced, not freed
+ * (mb_policy_switch, policies.c).  Validation stays in mb_tunables.c.
  */
 #include "mballoc.h"
 #include "policies.h"
@@ -13,7 +13,6 @@
 
 #include <errno.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 /*

@@ -83,7 +83,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sched.h>
 #include <syslog.h>
 #include <time.h>
 #include <unistd.h>
