@@ -14,7 +14,8 @@
  * lies told are logged by kind, for the tests to compare with rrctl -s.
  * Nothing else should ever run it.
  */
-#include "policy.h"
+#include "mb_host.h"
+#include "policies.h"
 
 #include <stdlib.h>
 #include <syslog.h>

@@ -13,7 +13,7 @@
  *
  * No locking here: the caller holds the group's lock.
  */
-#include "mballoc.h"
+#include "mb_buddy.h"
 
 #include <errno.h>
 #include <stdlib.h>

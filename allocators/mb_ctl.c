@@ -4,16 +4,15 @@
  * the groups' buddy summaries and the statistics, as records
  * (include/rrfuse/rrctl_wire.h).  Called with the fs lock held; requests of
  * file data may be running meanwhile without it (RR_ALLOC_NOLOCK), so a
- * tunable is stored atomically and a policy is replaced, not freed.
- * Validation stays in mb_tunables.c.
+ * tunable is stored atomically and a policy is replaced, not freed
+ * (mb_policy_switch, policies.c).  Validation stays in mb_tunables.c.
  */
 #include "mballoc.h"
-#include "policy.h"
+#include "policies.h"
 #include "rrfuse/rrctl_wire.h"
 
 #include <errno.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 /*
@@ -35,36 +34,6 @@ int rr_alloc_get(struct rr_alloc *a, const char *name, char *buf, size_t len, ch
 {
 	settle_off(a);
 	return rr_alloc_tunable_get(&a->t, name, buf, len, err, errlen);
-}
-
-/*
- * Start the new policy (its init sets a->policy_priv) and make it the one
- * requests run.  The old one keeps its state until detach, where its fini
- * runs: a request without the fs lock may still be inside it.  A failed
- * start leaves the old one running.
- */
-int mb_policy_switch(struct rr_alloc *a, const struct mb_policy *p, char *err, size_t errlen)
-{
-	void *old_priv = a->policy_priv;
-	struct mb_running *run;
-
-	if (p == a->policy)
-		return 0;
-	run = calloc(1, sizeof(*run));
-	a->policy_priv = NULL;
-	if (!run || (p->init && p->init(a, p))) {
-		free(run);
-		a->policy_priv = old_priv;
-		snprintf(err, errlen, "allocator '%s' could not start (%s)", p->name,
-			 run ? "its init failed" : "out of memory");
-		return run ? -EINVAL : -ENOMEM;
-	}
-	run->policy = p;
-	run->priv = a->policy_priv;
-	run->retired = atomic_load(&a->run);
-	atomic_store(&a->run, run);
-	a->policy = p;
-	return 0;
 }
 
 /*

@@ -22,9 +22,9 @@
  * regular until rrctl switches to a policy again (mb_ctl.c makes the switch
  * visible in the allocator tunable at the next rrctl command).
  */
-#include "mballoc.h"
+#include "mb_guard.h"
+#include "mb_host.h"
 #include "rrfuse/grow.h"
-#include "policy.h"
 
 #include <errno.h>
 #include <stdlib.h>

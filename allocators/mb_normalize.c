@@ -14,7 +14,7 @@
  * Overlap with the inode's live preallocations is cut by the engine (it
  * holds them).  Pure: unit-tested as a table.
  */
-#include "mballoc.h"
+#include "mb_normalize.h"
 
 #define KB(x) ((uint64_t)(x) << 10)
 #define MB(x) ((uint64_t)(x) << 20)

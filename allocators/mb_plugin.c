@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * The public policy API (include/rrfuse/policy.h) on the engine: the
- * wrapper that runs an rrp_policy as an mb_policy, the services a policy
- * calls, and the loading of policies built outside rrfuse.
+ * wrapper that runs an rrp_policy as an mb_policy and the services a policy
+ * calls (policies.c loads the policies built outside rrfuse).
  *
  * The engine handle is the allocator itself, opaque to policies.  A
  * request is translated for the policy and its answer back into ac->b_ex,
@@ -14,32 +14,18 @@
  * generation they saw, so that an answer they found and another request
  * took meanwhile is a lost race, searched again, not a refusal; the
  * criteria search (mb_search.c) runs in the request itself.
- *
- * Loading: a name with a '/' is that file; another name that is no
- * built-in is NAME.so in the policy directory (-o policy_dir=DIR, else
- * the installed one, RRFUSE_POLICY_DIR).  It must export RRP_SYMBOL with
- * this header's ABI version, a name and a choose.  When other users can
- * reach the mount (rrfuse runs as root, or -o allow_other), the file must
- * be owned by root and writable by nobody else, as the kernel asks of its
- * modules.  A loaded policy stays loaded until the
- * daemon exits: a request may still run in it after a switch away.
  */
+#include "mb_host.h"
+#include "mb_plugin.h"
+#include "mb_tunables.h"
 #include "mballoc.h"
-#include "policy.h"
 #include "rrfuse/policy.h"
 #include "rrfuse/rrctl_wire.h"
 
-#include <dlfcn.h>
-#include <errno.h>
-#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <syslog.h>
-#include <unistd.h>
 
 #define ENGINE(e) ((struct rr_alloc *)(e))
 #define HANDLE(a) ((struct rrp_engine *)(a))
@@ -334,141 +320,4 @@ void rrp_log(const struct rrp_engine *e, int prio, const char *fmt, ...)
 	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
 	mb_log(prio, "policy: %s", line);
-}
-
-/* ---- loading ---- */
-
-struct plugin {
-	struct mb_policy mb;
-	char path[PATH_MAX];
-	char name[RR_POLICY_NAME_LEN];
-	struct plugin *next;
-};
-
-static pthread_mutex_t plugins_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct plugin *plugins;
-
-int rr_alloc_policy_check(const struct rr_alloc_tunables *t, char *err, size_t errlen)
-{
-	return !t->policy[0] || mb_policy_get(t->policy, t, err, errlen) ? 0 : -EINVAL;
-}
-
-const struct mb_policy *mb_plugin_find(const char *name)
-{
-	const struct plugin *p;
-
-	pthread_mutex_lock(&plugins_lock);
-	for (p = plugins; p && strcmp(p->name, name); p = p->next)
-		;
-	pthread_mutex_unlock(&plugins_lock);
-	return p ? &p->mb : NULL;
-}
-
-int mb_policy_name_ok(const char *name)
-{
-	size_t i, n = strlen(name);
-
-	if (!n || n >= RR_POLICY_NAME_LEN)
-		return 0;
-	if (name[0] == '/')
-		return 1;
-	for (i = 0; i < n; i++)
-		if (!((name[i] >= 'a' && name[i] <= 'z') || (name[i] >= 'A' && name[i] <= 'Z') ||
-		      (name[i] >= '0' && name[i] <= '9') || name[i] == '_' || name[i] == '-'))
-			return 0;
-	return 1;
-}
-
-/* As the kernel loads modules: for a shared mount, only root's files that nobody else can change. */
-static int trusted(const char *path, int shared, char *err, size_t errlen)
-{
-	struct stat st;
-
-	if (stat(path, &st)) {
-		snprintf(err, errlen, "%s: %s", path, strerror(errno));
-		return 0;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		snprintf(err, errlen, "%s: not a regular file", path);
-		return 0;
-	}
-	if ((shared || geteuid() == 0) && (st.st_uid != 0 || (st.st_mode & (S_IWGRP | S_IWOTH)))) {
-		snprintf(err, errlen, "not loaded, the mount is shared and the file is %s: %s",
-			 st.st_uid ? "not owned by root" : "writable by group or others", path);
-		return 0;
-	}
-	return 1;
-}
-
-const struct mb_policy *mb_policy_get(const char *name, const struct rr_alloc_tunables *t, char *err,
-				      size_t errlen)
-{
-	const char *dir = t->policy_dir;
-	const struct mb_policy *found_p = mb_policy_find(name);
-	const struct rrp_policy *pub;
-	struct plugin *p;
-	void *dl;
-
-	if (found_p)
-		return found_p;
-	if (!mb_policy_name_ok(name)) {
-		char names[128];
-
-		mb_policy_names(names, sizeof(names));
-		snprintf(err, errlen, "unknown allocator '%s' (known: %s; or NAME.so in the policy directory)",
-			 name, names);
-		return NULL;
-	}
-	p = calloc(1, sizeof(*p));
-	if (!p) {
-		snprintf(err, errlen, "out of memory");
-		return NULL;
-	}
-	if (strchr(name, '/'))
-		snprintf(p->path, sizeof(p->path), "%s", name);
-	else
-		snprintf(p->path, sizeof(p->path), "%s/%s.so", dir && dir[0] ? dir : RRFUSE_POLICY_DIR, name);
-	if (!trusted(p->path, t->shared, err, errlen)) {
-		if (!strchr(name, '/')) {
-			char names[128], why[RRCTL_ERR_LEN];
-
-			snprintf(why, sizeof(why), "%s", err);
-			mb_policy_names(names, sizeof(names));
-			snprintf(err, errlen, "unknown allocator '%s' (known: %s; %s)", name, names, why);
-		}
-		free(p);
-		return NULL;
-	}
-	dl = dlopen(p->path, RTLD_NOW | RTLD_LOCAL);
-	if (!dl) {
-		snprintf(err, errlen, "allocator '%s': %s", name, dlerror());
-		free(p);
-		return NULL;
-	}
-	pub = dlsym(dl, RRP_SYMBOL);
-	if (!pub || pub->abi != RRP_ABI_VERSION || !pub->name || !pub->choose) {
-		if (!pub)
-			snprintf(err, errlen, "allocator '%s' exports no %s", name, RRP_SYMBOL);
-		else if (pub->abi != RRP_ABI_VERSION)
-			snprintf(err, errlen, "allocator '%s' built for policy ABI %u, rrfuse has %u", name,
-				 pub->abi, RRP_ABI_VERSION);
-		else
-			snprintf(err, errlen, "allocator '%s' has no %s in its %s", name,
-				 pub->name ? "choose" : "name", RRP_SYMBOL);
-		dlclose(dl);
-		free(p);
-		return NULL;
-	}
-	snprintf(p->name, sizeof(p->name), "%s", name);
-	p->mb.name = p->name;
-	p->mb.pub = pub;
-	p->mb.init = mb_plugin_init;
-	p->mb.fini = mb_plugin_fini;
-	p->mb.choose = mb_plugin_choose;
-	pthread_mutex_lock(&plugins_lock);
-	p->next = plugins;
-	plugins = p;
-	pthread_mutex_unlock(&plugins_lock);
-	mb_log(LOG_INFO, "mballoc: allocator '%s' loaded from %s", pub->name, p->path);
-	return &p->mb;
 }

@@ -14,7 +14,7 @@
  * about, MB_NUM_CRS before any (a goal hit is no criterion's).
  */
 #include "mballoc.h"
-#include "policy.h"
+#include "mb_plugin.h"
 #include "rrfuse/policy.h"
 
 #define AC(s) ((struct mb_ac *)(s))

@@ -37,7 +37,8 @@
  * 1 MiB stdio buffer.  The mutex also keeps the lines whole and in the
  * order the engine made its decisions in.
  */
-#include "mballoc.h"
+#include "mb_host.h"
+#include "mb_trace.h"
 
 #include <errno.h>
 #include <pthread.h>

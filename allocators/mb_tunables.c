@@ -5,8 +5,7 @@
  * mount option and live-tunable with rrctl (rr_alloc_set in mb_ctl.c),
  * both through the same rr_alloc_tunable_set().
  */
-#include "mballoc.h"
-#include "policy.h"
+#include "mb_tunables.h"
 #include "rrfuse/num.h"
 
 #include <errno.h>
@@ -119,6 +118,39 @@ int rr_alloc_tunable_get(const struct rr_alloc_tunables *t, const char *name, ch
 	else
 		snprintf(buf, len, "%u", *(const unsigned int *)((const char *)t + d->off));
 	return 0;
+}
+
+int mb_policy_name_ok(const char *name)
+{
+	size_t i, n = strlen(name);
+
+	if (!n || n >= RR_POLICY_NAME_LEN)
+		return 0;
+	if (name[0] == '/')
+		return 1;
+	for (i = 0; i < n; i++)
+		if (!((name[i] >= 'a' && name[i] <= 'z') || (name[i] >= 'A' && name[i] <= 'Z') ||
+		      (name[i] >= '0' && name[i] <= '9') || name[i] == '_' || name[i] == '-'))
+			return 0;
+	return 1;
+}
+
+/* Every policy of policies.def by name, for the messages of a refused allocator=. */
+static const char *const policy_names[] = {
+#define MB_POLICY(name) #name,
+#define MB_PUBLIC_POLICY(name, about) #name,
+#include "policies.def"
+#undef MB_POLICY
+#undef MB_PUBLIC_POLICY
+};
+
+void mb_policy_names(char *buf, size_t len)
+{
+	size_t i, n = 0;
+
+	buf[0] = 0;
+	for (i = 0; i < sizeof(policy_names) / sizeof(policy_names[0]) && n < len; i++)
+		n += (size_t)snprintf(buf + n, len - n, "%s%s", i ? ", " : "", policy_names[i]);
 }
 
 /* As the seed patch: below the default clamps to it, otherwise round up to a power of two. */

@@ -11,7 +11,7 @@
  *    one pass over the descriptors and no bitmap work; BLOCK_UNINIT groups
  *    are synthesised by libext2fs in memory and never read.
  *  - A data request of a file is normalised (mb_normalize.c) into the
- *    window one preallocation should cover; a policy (policy.h; regular.c
+ *    window one preallocation should cover; a policy (policies.h; regular.c
  *    is the kernel's criteria cascade) finds free space for it; the part
  *    the request needs goes to disk (bitmap, descriptor, checksums, free
  *    counts: ext2fs_block_alloc_stats_range does that work), the rest
@@ -72,8 +72,10 @@
  *  - stats are atomics; in_engine and the hints are under the fs lock.
  */
 #include "mballoc.h"
-#include "mb_format.h"
-#include "policy.h"
+#include "mb_guard.h"
+#include "mb_host.h"
+#include "mb_normalize.h"
+#include "mb_trace.h"
 #include "rrfuse/grow.h"
 
 #include <errno.h>
@@ -81,7 +83,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sched.h>
 #include <syslog.h>
 #include <time.h>
 #include <unistd.h>
@@ -95,33 +96,6 @@
  */
 static _Thread_local int tl_nolock;
 
-static void log_stderr(int prio, const char *fmt, va_list ap)
-{
-	(void)prio;
-	fputs("rrfuse: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-}
-
-static rr_alloc_log_fn log_fn = log_stderr;
-
-rr_alloc_log_fn rr_alloc_set_log(rr_alloc_log_fn fn)
-{
-	rr_alloc_log_fn old = log_fn;
-
-	log_fn = fn ? fn : log_stderr;
-	return old;
-}
-
-void mb_log(int prio, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	log_fn(prio, fmt, ap);
-	va_end(ap);
-}
-
 static void mb_fail(const char *what, uint32_t g)
 {
 	mb_log(LOG_CRIT, "mballoc: %s (group %u)", what, g);
@@ -130,14 +104,9 @@ static void mb_fail(const char *what, uint32_t g)
 
 /* ---- geometry ---- */
 
-static uint64_t group_first(const struct rr_alloc *a, uint32_t g)
-{
-	return a->first_data_block + (uint64_t)g * a->bpg;
-}
-
 static uint32_t group_nblocks(const struct rr_alloc *a, uint32_t g)
 {
-	uint64_t left = ext2fs_blocks_count(a->fs->super) - group_first(a, g);
+	uint64_t left = ext2fs_blocks_count(a->fs->super) - mb_group_first(a, g);
 
 	return left < a->bpg ? (uint32_t)left : a->bpg;
 }
@@ -258,7 +227,7 @@ static uint8_t *group_bitmap(struct rr_alloc *a, uint32_t g)
 {
 	uint8_t *map = map_alloc(a);
 
-	if (map && ext2fs_get_block_bitmap_range2(a->fs->block_map, group_first(a, g), group_nblocks(a, g), map)) {
+	if (map && ext2fs_get_block_bitmap_range2(a->fs->block_map, mb_group_first(a, g), group_nblocks(a, g), map)) {
 		free(map);
 		return NULL;
 	}
@@ -388,7 +357,7 @@ void mb_prefetch(struct rr_alloc *a, uint32_t g, uint32_t n)
 static void group_verify(struct rr_alloc *a, uint32_t g)
 {
 	struct mb_group *grp = &a->groups[g];
-	uint64_t gfirst = group_first(a, g);
+	uint64_t gfirst = mb_group_first(a, g);
 	struct mb_buddy *b, fresh;
 	struct mb_pa *pa;
 	uint8_t *map;
@@ -502,7 +471,7 @@ static void take_locked(struct rr_alloc *a, uint32_t g, uint32_t off, uint32_t l
 	struct mb_group *grp = &a->groups[g];
 
 	if (!tl_nolock) {
-		disk_mark(a, group_first(a, g) + off, len, +1);
+		disk_mark(a, mb_group_first(a, g) + off, len, +1);
 		return;
 	}
 	map_set_range(grp->pmap, off, len);
@@ -575,7 +544,7 @@ void rr_alloc_settle(struct rr_alloc *a)
 		uint64_t blk = a->hints[i].pblk, end = blk + a->hints[i].len, run = 0;
 		uint32_t g = group_of(a, blk);
 		struct mb_group *grp = &a->groups[g];
-		uint64_t gfirst = group_first(a, g);
+		uint64_t gfirst = mb_group_first(a, g);
 
 		if (!a->hints[i].len)
 			continue;
@@ -642,7 +611,7 @@ static void lg_remove_locked(struct rr_alloc *a, struct mb_pa *pa)
 static void pa_give_back_locked(struct rr_alloc *a, struct mb_pa *pa, uint64_t xs, uint64_t xn)
 {
 	struct mb_group *grp = &a->groups[pa->group];
-	uint64_t gfirst = group_first(a, pa->group), b, run = 0, freed = 0;
+	uint64_t gfirst = mb_group_first(a, pa->group), b, run = 0, freed = 0;
 
 	for (b = pa->pstart; b <= pa->pstart + pa->len; b++) {
 		int give = b < pa->pstart + pa->len && !(b >= xs && b < xs + xn) &&
@@ -871,7 +840,7 @@ static int pa_use(struct rr_alloc *a, ext2_ino_t ino, uint64_t lblk, uint32_t le
 		/* The buddy has had these blocks since the PA was made: only the disk changes. */
 		map_set_range(pa->taken, i0, n);
 		pa->free -= n;
-		take_locked(a, pa->group, (uint32_t)(pa->pstart + i0 - group_first(a, pa->group)), n);
+		take_locked(a, pa->group, (uint32_t)(pa->pstart + i0 - mb_group_first(a, pa->group)), n);
 	}
 	pthread_mutex_unlock(&grp->lock);
 	if (!n) {
@@ -899,19 +868,6 @@ static int pa_use(struct rr_alloc *a, ext2_ino_t ino, uint64_t lblk, uint32_t le
  * share one group PA and sit next to each other.  FUSE worker threads come
  * and go, CPUs do not, so the number of groups stays bounded.
  */
-/* rr_alloc_use_cpu: the CPU a replay's requests were made on, -1 = this thread's own. */
-static _Thread_local int tl_cpu = -1;
-
-void rr_alloc_use_cpu(int cpu)
-{
-	tl_cpu = cpu;
-}
-
-int mb_cpu(void)
-{
-	return tl_cpu >= 0 ? tl_cpu : sched_getcpu();
-}
-
 uint32_t mb_cpu_slot(const struct rr_alloc *a)
 {
 	int cpu = mb_cpu();
@@ -1004,7 +960,7 @@ static int lg_use(struct rr_alloc *a, uint32_t slot, uint32_t len, uint64_t goal
 	pa->pstart += len;
 	pa->len -= len;
 	pa->free -= len;
-	take_locked(a, pa->group, (uint32_t)(out->pblk - group_first(a, pa->group)), len);
+	take_locked(a, pa->group, (uint32_t)(out->pblk - mb_group_first(a, pa->group)), len);
 	pthread_mutex_unlock(&grp->lock);
 	if (pa->len) {
 		lg_insert_locked(a, pa, &gone);
@@ -1258,7 +1214,7 @@ int mb_first_fit(struct rr_alloc *a, struct mb_ac *ac, uint64_t from, uint32_t n
 	if (!valid_block(a, from))
 		from = a->first_data_block;
 	g0 = group_of(a, from);
-	s0 = (uint32_t)(from - group_first(a, g0));
+	s0 = (uint32_t)(from - mb_group_first(a, g0));
 	for (i = 0; i <= a->ngroups; i++) {
 		uint32_t g = (g0 + i) % a->ngroups, lo = i ? 0 : s0, hi, pos, s, l;
 		struct mb_group *grp = &a->groups[g];
@@ -1294,17 +1250,12 @@ int mb_first_fit(struct rr_alloc *a, struct mb_ac *ac, uint64_t from, uint32_t n
 	return 0;
 }
 
-uint64_t mb_block_of(const struct rr_alloc *a, const struct mb_ext *ex)
-{
-	return group_first(a, ex->group) + ex->start;
-}
-
 int mb_ext_of(const struct rr_alloc *a, uint64_t blk, uint32_t len, struct mb_ext *ex)
 {
 	if (!valid_block(a, blk))
 		return -1;
 	ex->group = group_of(a, blk);
-	ex->start = (uint32_t)(blk - group_first(a, ex->group));
+	ex->start = (uint32_t)(blk - mb_group_first(a, ex->group));
 	ex->len = len;
 	return 0;
 }
@@ -1390,7 +1341,7 @@ static void ac_init(struct rr_alloc *a, struct mb_ac *ac, const struct rr_alloc_
 		ac->hints |= MB_HINT_TRY_GOAL;
 	}
 	ac->o_ex.group = group_of(a, goal);
-	ac->o_ex.start = (uint32_t)(goal - group_first(a, ac->o_ex.group));
+	ac->o_ex.start = (uint32_t)(goal - mb_group_first(a, ac->o_ex.group));
 	ac->o_ex.len = len;
 	ac->o_ex.logical = req->lblk;
 	ac->g_ex = ac->o_ex;
@@ -1425,7 +1376,7 @@ static void ac_normalize(struct rr_alloc *a, struct mb_ac *ac, const struct rr_a
 	ac->g_ex.len = (uint32_t)n.size;
 	if (n.goal && valid_block(a, n.goal)) {
 		ac->g_ex.group = group_of(a, n.goal);
-		ac->g_ex.start = (uint32_t)(n.goal - group_first(a, ac->g_ex.group));
+		ac->g_ex.start = (uint32_t)(n.goal - mb_group_first(a, ac->g_ex.group));
 		ac->hints |= MB_HINT_TRY_GOAL | MB_HINT_MERGE_GOAL;
 	}
 }
@@ -1441,7 +1392,7 @@ static enum mb_refusal busy_kind(struct rr_alloc *a, uint32_t g, uint32_t start,
 	const uint8_t *fmap = group_fmap(a, grp);
 	uint32_t i;
 
-	if (pa_overlapping(a, g, group_first(a, g) + start, len, NULL))
+	if (pa_overlapping(a, g, mb_group_first(a, g) + start, len, NULL))
 		return MB_REFUSE_RESERVED;
 	for (i = start; i < start + len; i++)
 		if (mb_bit_test(grp->pmap, i) || mb_bit_test(fmap, i))
@@ -1582,7 +1533,7 @@ static int ac_use(struct rr_alloc *a, struct mb_ac *ac, int make_pa, struct rr_e
 		free(pa);
 		return ret;
 	}
-	take_locked(a, g, (uint32_t)(out->pblk - group_first(a, g)), out->len);
+	take_locked(a, g, (uint32_t)(out->pblk - mb_group_first(a, g)), out->len);
 	pa->gnext = a->groups[g].pas;
 	a->groups[g].pas = pa;
 	pthread_mutex_unlock(&a->groups[g].lock);
@@ -1649,9 +1600,9 @@ static int choose_checked(struct rr_alloc *a, struct mb_running *run, const stru
 			}
 			mb_guard_refuse(a, run, (enum mb_refusal)why);
 		}
-		if (p == &mb_policy_regular)
+		if (p == a->fallback)
 			return -ENOSPC;
-		p = &mb_policy_regular;
+		p = a->fallback;
 		*ac = asked;
 	}
 }
@@ -1735,7 +1686,7 @@ static int mb_new_blocks(struct rr_alloc *a, const struct rr_alloc_req *req, uin
 			ac_normalize(a, &ac, req);
 		}
 		ac.orig_goal_len = ac.g_ex.len;
-		ret = choose_checked(a, run, refused || atomic_load(&run->off) ? &mb_policy_regular : run->policy,
+		ret = choose_checked(a, run, refused || atomic_load(&run->off) ? a->fallback : run->policy,
 				     &ac);
 		if (ret)
 			return ret;
@@ -1809,9 +1760,9 @@ static int take_frozen(struct rr_alloc *a, const struct rr_alloc_req *req, struc
 			grp = &a->groups[group_of(a, blk)];
 			pthread_mutex_lock(&grp->lock);
 			fmap = group_fmap(a, grp);
-			taken = fmap && mb_bit_test(fmap, blk - group_first(a, group_of(a, blk)));
+			taken = fmap && mb_bit_test(fmap, blk - mb_group_first(a, group_of(a, blk)));
 			if (taken)
-				mb_bit_clear(fmap, blk - group_first(a, group_of(a, blk)));
+				mb_bit_clear(fmap, blk - mb_group_first(a, group_of(a, blk)));
 			pthread_mutex_unlock(&grp->lock);
 			/* Taken on disk since (libext2fs marked it): not this one. */
 			if (!taken || ext2fs_test_block_bitmap2(a->fs->block_map, blk))
@@ -1924,7 +1875,7 @@ static void frozen_add(struct mb_frozen *f, uint64_t blk, uint64_t len)
 static void free_freed(struct rr_alloc *a, uint32_t g, uint64_t blk, uint32_t n)
 {
 	struct mb_group *grp = &a->groups[g];
-	uint32_t off = (uint32_t)(blk - group_first(a, g)), i, run = 0, twice = 0;
+	uint32_t off = (uint32_t)(blk - mb_group_first(a, g)), i, run = 0, twice = 0;
 	int freeze = !!a->commit;
 	uint8_t *fmap;
 
@@ -1977,7 +1928,7 @@ static void free_freed(struct rr_alloc *a, uint32_t g, uint64_t blk, uint32_t n)
 static void thaw(struct rr_alloc *a, uint32_t g, uint64_t blk, uint32_t n)
 {
 	struct mb_group *grp = &a->groups[g];
-	uint32_t off = (uint32_t)(blk - group_first(a, g)), i, run = 0;
+	uint32_t off = (uint32_t)(blk - mb_group_first(a, g)), i, run = 0;
 	uint8_t *fmap = group_fmap(a, grp);
 
 	pthread_mutex_lock(&grp->lock);
@@ -2007,7 +1958,7 @@ static void free_range(struct rr_alloc *a, uint64_t blk, uint64_t len, int thaw_
 {
 	while (len) {
 		uint32_t g = group_of(a, blk);
-		uint64_t n = group_first(a, g) + group_nblocks(a, g) - blk;
+		uint64_t n = mb_group_first(a, g) + group_nblocks(a, g) - blk;
 
 		if (n > len)
 			n = len;
@@ -2083,7 +2034,7 @@ static void claim_range(struct rr_alloc *a, uint64_t blk, uint64_t len)
 {
 	while (len) {
 		uint32_t g = group_of(a, blk), off, end, s, l;
-		uint64_t n = group_first(a, g) + group_nblocks(a, g) - blk;
+		uint64_t n = mb_group_first(a, g) + group_nblocks(a, g) - blk;
 		struct mb_group *grp = &a->groups[g];
 
 		if (n > len)
@@ -2094,7 +2045,7 @@ static void claim_range(struct rr_alloc *a, uint64_t blk, uint64_t len)
 		if (!grp->buddy) {
 			atomic_store(&grp->free, ext2fs_bg_free_blocks_count(a->fs, g));
 		} else {
-			off = (uint32_t)(blk - group_first(a, g));
+			off = (uint32_t)(blk - mb_group_first(a, g));
 			end = off + (uint32_t)n;
 			while (off < end && !mb_buddy_next_run(grp->buddy, off, &s, &l) && s < end) {
 				if (l > end - s)
@@ -2118,7 +2069,7 @@ static void claim_range(struct rr_alloc *a, uint64_t blk, uint64_t len)
 static uint32_t take_pending_run(struct rr_alloc *a, uint32_t g, uint64_t blk, uint32_t n, int *pending)
 {
 	struct mb_group *grp = &a->groups[g];
-	uint32_t off = (uint32_t)(blk - group_first(a, g)), i;
+	uint32_t off = (uint32_t)(blk - mb_group_first(a, g)), i;
 
 	if (!grp->pmap) {
 		*pending = 0;
@@ -2139,7 +2090,7 @@ static void each_pending_run(struct rr_alloc *a, uint64_t blk, uint64_t len,
 {
 	while (len) {
 		uint32_t g = group_of(a, blk), n;
-		uint64_t rest = group_first(a, g) + group_nblocks(a, g) - blk;
+		uint64_t rest = mb_group_first(a, g) + group_nblocks(a, g) - blk;
 		struct mb_group *grp = &a->groups[g];
 		int pending;
 
@@ -2193,7 +2144,7 @@ static void free_run(struct rr_alloc *a, uint64_t blk, uint32_t n, int pending)
 	/* Handed out of a PA: the PA goes first, as for any free inside one. */
 	pa_discard_overlap(a, blk, n, 1);
 	pthread_mutex_lock(&grp->lock);
-	if (mb_buddy_free(grp->buddy, (uint32_t)(blk - group_first(a, g)), n))
+	if (mb_buddy_free(grp->buddy, (uint32_t)(blk - mb_group_first(a, g)), n))
 		mb_fail("giving back pending blocks that are free", g);
 	group_update(a, g);
 	pthread_mutex_unlock(&grp->lock);
@@ -2233,7 +2184,7 @@ static void apply_range(struct rr_alloc *a, uint64_t blk, uint64_t num, int inus
 static uint64_t changed_from(struct rr_alloc *a, uint32_t g, uint64_t end, int inuse)
 {
 	struct mb_group *grp = &a->groups[g];
-	uint64_t gfirst = group_first(a, g), s = end;
+	uint64_t gfirst = mb_group_first(a, g), s = end;
 	struct mb_pa *pa;
 
 	while (s > gfirst) {
@@ -2278,7 +2229,7 @@ static void cb_stats_range(ext2_filsys fs, blk64_t blk, blk_t num, int inuse)
 	}
 	for (n = 0; n < 2 && end > a->first_data_block; n++) {
 		uint32_t g = group_of(a, end - 1);
-		uint64_t gfirst = group_first(a, g), s;
+		uint64_t gfirst = mb_group_first(a, g), s;
 
 		if (!a->groups[g].buddy) {
 			mb_load_group(a, g);
@@ -2363,14 +2314,14 @@ static errcode_t cb_new_range(ext2_filsys fs, int flags, blk64_t goal, blk64_t l
 		if (mb_load_group(a, g))
 			return EXT2_ET_BLOCK_ALLOC_FAIL;
 		pthread_mutex_lock(&a->groups[g].lock);
-		n = mb_buddy_extent_at(a->groups[g].buddy, (uint32_t)(goal - group_first(a, g)),
+		n = mb_buddy_extent_at(a->groups[g].buddy, (uint32_t)(goal - mb_group_first(a, g)),
 				       len < a->bpg ? (uint32_t)len : a->bpg);
 		pthread_mutex_unlock(&a->groups[g].lock);
 		if ((flags & EXT2_NEWRANGE_MIN_LENGTH) && n < len)
 			n = 0;
 		if (n) {
 			/* Held for libext2fs until settle, as every choice made for it. */
-			struct mb_ac ac = { .b_ex = { .group = g, .start = (uint32_t)(goal - group_first(a, g)),
+			struct mb_ac ac = { .b_ex = { .group = g, .start = (uint32_t)(goal - mb_group_first(a, g)),
 						      .len = n } };
 
 			if (use_hint(a, &ac, n, &ex))
@@ -2429,27 +2380,23 @@ static void alloc_free(struct rr_alloc *a)
 	free(a);
 }
 
-int rr_alloc_attach(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr_alloc **out)
+/*
+ * The engine for fs with tunables t: its groups known by their descriptors
+ * alone and the answer checks ready, but no policy running and libext2fs's
+ * callbacks not taken yet (rr_alloc_attach, mb_attach.c, does both).
+ */
+int mb_engine_new(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr_alloc **out)
 {
 	struct rr_alloc *a = calloc(1, sizeof(*a));
 	uint64_t blocks = ext2fs_blocks_count(fs->super);
 	unsigned int bbits = (unsigned int)__builtin_ctz(fs->blocksize);
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-	const struct mb_policy *policy;
-	char err[512];
 	uint32_t g, i;
-	int ret;
 
 	if (!a)
 		return -ENOMEM;
-	if (t)
-		a->t = *t;
-	else
-		rr_alloc_tunables_default(&a->t);
-	policy = mb_policy_get(a->t.policy, &a->t, err, sizeof(err));
-	if (!policy || EXT2FS_CLUSTER_RATIO(fs) != 1) {
-		if (!policy)
-			mb_log(LOG_ERR, "%s", err);
+	a->t = *t;
+	if (EXT2FS_CLUSTER_RATIO(fs) != 1) {
 		free(a);
 		return -EINVAL;
 	}
@@ -2508,23 +2455,24 @@ int rr_alloc_attach(ext2_filsys fs, const struct rr_alloc_tunables *t, struct rr
 		atomic_init(&grp->list_order[1], -1);
 	}
 	if (mb_guard_attach(a)) {
-		rr_alloc_detach(a);
+		mb_engine_free(a);
 		return -ENOMEM;
 	}
-	ret = mb_policy_switch(a, policy, err, sizeof(err));
-	if (ret) {
-		mb_log(LOG_ERR, "%s", err);
-		rr_alloc_detach(a);
-		return ret;
-	}
+	*out = a;
+	return 0;
+}
+
+/* libext2fs's allocations and bitmap changes come to a from now on (mb_engine_free gives them back). */
+void mb_engine_hook(struct rr_alloc *a)
+{
+	ext2_filsys fs = a->fs;
+
 	a->old_priv = fs->priv_data;
 	fs->priv_data = a;
 	ext2fs_set_alloc_block_callback(fs, cb_get_alloc_block, &a->old_get_alloc_block);
 	ext2fs_set_new_range_callback(fs, cb_new_range, &a->old_new_range);
 	ext2fs_set_block_alloc_stats_callback(fs, cb_stats, &a->old_stats);
 	ext2fs_set_block_alloc_stats_range_callback(fs, cb_stats_range, &a->old_stats_range);
-	*out = a;
-	return 0;
 }
 
 void rr_alloc_set_lock(struct rr_alloc *a, void (*lock)(void *), void (*unlock)(void *), void *arg)
@@ -2534,38 +2482,12 @@ void rr_alloc_set_lock(struct rr_alloc *a, void (*lock)(void *), void (*unlock)(
 	a->host_arg = arg;
 }
 
-/* With mb_stats, the statistics at unmount (as the kernel's ext4_mb_release), in rrctl -s's text. */
-static void print_stats(struct rr_alloc *a)
-{
-	struct rrctl_stats st;
-
-	char *text = NULL, *line, *save = NULL;
-	size_t len = 0;
-	FILE *f;
-
-	memset(&st, 0, sizeof(st));
-	rr_alloc_stats(a, &st);
-	/* rrctl -s's text, a log line for each of its lines. */
-	f = open_memstream(&text, &len);
-	if (!f)
-		return;
-	mb_format_stats(f, &st);
-	mb_format_refusals(f, &st);
-	if (fclose(f) == 0)
-		for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
-			mb_log(LOG_INFO, "%s", line);
-	free(text);
-}
-
-void rr_alloc_detach(struct rr_alloc *a)
+/* a and all it holds, the policies' state too; libext2fs's callbacks given back if it took them. */
+void mb_engine_free(struct rr_alloc *a)
 {
 	struct mb_running *run, *next;
 	uint32_t g, i;
 
-	if (!a)
-		return;
-	if (a->t.mb_stats)
-		print_stats(a);
 	if (a->fs->priv_data == a) {
 		rr_alloc_settle(a);
 		/* PAs were never on disk: dropping them leaves the bitmap holding only owned blocks. */

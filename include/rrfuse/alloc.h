@@ -11,7 +11,7 @@
  *
  * The engine behind it is allocators/mballoc.c (the kernel's mballoc: buddy
  * per group, request normalisation, inode preallocations, the criteria
- * cascade) with a policy chosen by name (allocators/policy.h).
+ * cascade) with a policy chosen by name (allocators/policies.h).
  *
  * Locking: the caller holds the fs lock (libext2fs's bitmaps are the
  * state), except for rr_alloc_blocks with RR_ALLOC_NOLOCK, rr_alloc_avail,
@@ -115,7 +115,7 @@ void rr_alloc_tunables_default(struct rr_alloc_tunables *t);
 const char *rr_alloc_builtin_policy(unsigned int i, const char **about);
 /*
  * Load the policy t names if it is no built-in (a NAME.so, a path: see
- * allocators/mb_plugin.c), so that a mount refuses it before opening the
+ * allocators/policies.c), so that a mount refuses it before opening the
  * image; 0, or -EINVAL with the reason in err.  An empty name is the default.
  */
 int rr_alloc_policy_check(const struct rr_alloc_tunables *t, char *err, size_t errlen);

@@ -13,7 +13,7 @@
 
 #include "rrfuse/alloc.h"
 #include "rrfuse/rrctl_wire.h"
-#include "../../allocators/policy.h"
+#include "../../allocators/policies.h"
 
 static char img[64];
 static ext2_filsys fs;

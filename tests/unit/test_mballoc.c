@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "../../allocators/mballoc.h"
+#include "../../allocators/mb_normalize.h"
 
 #define NB 32768
 #define MAXO 13

@@ -15,7 +15,10 @@
 #include "rrfuse/alloc.h"
 #include "rrfuse/policy.h"
 #include "../../allocators/mballoc.h"
-#include "../../allocators/policy.h"
+#include "../../allocators/policies.h"
+#include "../../allocators/mb_tunables.h"
+#include "../../allocators/mb_guard.h"
+#include "../../allocators/mb_plugin.h"
 
 static char img[64];
 static ext2_filsys fs;
