@@ -261,7 +261,7 @@ void mb_trace_free(struct rr_alloc *a, uint64_t blk, uint64_t len)
 }
 
 /* Close f, saying so if a line was lost: 0 or -errno. */
-static int trace_close(FILE *f, const char *name)
+static int close_trace_file(FILE *f, const char *name)
 {
 	int bad;
 
@@ -296,7 +296,7 @@ int rr_alloc_set_trace(struct rr_alloc *a, FILE *f, const char *name, unsigned i
 	atomic_store(&a->tracing, f != NULL);
 	pthread_mutex_unlock(&tr->lock);
 	/* No line can be on its way into old now: emit writes only under the lock, to tr->f. */
-	return trace_close(old, old_name);
+	return close_trace_file(old, old_name);
 }
 
 void rr_alloc_trace_name(struct rr_alloc *a, char *buf, size_t len)
