@@ -7,7 +7,7 @@
  */
 #include "rrfs.h"
 #include "dev.h"
-#include "cache.h"
+#include "layer.h"
 #include "recover.h"
 #include "log.h"
 #include "orphan.h"
@@ -50,10 +50,10 @@ static errcode_t open_image(const char *device, int rw, int *devro, ext2_filsys 
 
 	*devro = 0;
 	io_set_readonly(!rw);
-	err = ext2fs_open2(device, NULL, flags | (rw ? EXT2_FLAG_RW : 0), 0, 0, rr_cache_io_manager, fs);
+	err = ext2fs_open2(device, NULL, flags | (rw ? EXT2_FLAG_RW : 0), 0, 0, io_stack_top(), fs);
 	if (rw && (err == EACCES || err == EROFS || err == EPERM)) {
 		io_set_readonly(1);
-		err = ext2fs_open2(device, NULL, flags, 0, 0, rr_cache_io_manager, fs);
+		err = ext2fs_open2(device, NULL, flags, 0, 0, io_stack_top(), fs);
 		*devro = !err;
 	}
 	/*

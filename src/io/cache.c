@@ -39,7 +39,6 @@
  * after it is released.
  */
 #include "cache.h"
-#include "fail.h"
 #include "layer.h"
 #include "sum.h"
 
@@ -557,7 +556,7 @@ static errcode_t cache_open(const char *name, int flags, io_channel *channel)
 	errcode_t err;
 
 	/* No cache: the layers below alone. */
-	err = io_stacked_open(rr_cache_io_manager, rr_fail_io_manager, name, flags, wanted, sizeof(*c), channel);
+	err = io_stacked_open(rr_cache_io_manager, name, flags, wanted, sizeof(*c), channel);
 	if (err || !wanted)
 		return err;
 	ch = *channel;

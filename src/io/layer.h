@@ -9,7 +9,8 @@
  *     rr_record_io_manager record.c write recorder (RRFUSE_IO_RECORD unset: absent)
  *     rr_io_manager        dev.c    the image file or block device
  *
- * This is the order, and the only place that states it: a layer that keeps
+ * This is the order (layer.c's table builds it, and nothing else names a
+ * layer's neighbour): a layer that keeps
  * metadata (the cache) sits above the faults, so a fault shows where the
  * device would show it (at a miss, at write-back).  The journal writer
  * (src/journal/writer.h) is no manager of its own: it is the cache's
@@ -49,6 +50,10 @@ struct io_layer {
 
 /* The bytes a transfer of count moves on ch: a negative count is a byte count (io_manager convention). */
 uint64_t io_count_bytes(io_channel ch, int count);
+/* The manager libext2fs opens: the top of the stack, which opens the rest. */
+io_manager io_stack_top(void);
+/* The layer under m in the stack, which m's open opens; NULL under the device. */
+io_manager io_stack_below(io_manager m);
 /* ch's layer, or NULL when ch is no channel of this stack. */
 struct io_layer *io_layer_of(io_channel ch);
 /* The device's channel at the bottom of ch's stack. */
@@ -65,12 +70,13 @@ int io_layers_data(io_channel ch, int write, uint64_t off, uint64_t len, const s
  */
 errcode_t io_stacked_new(io_manager m, io_channel lower, size_t size, io_channel *out);
 /*
- * Open name with below, then, when wanted, a stacked channel of m over it
- * (io_stacked_new): 0 with *out the new channel, or below's channel when
- * not wanted; an error with nothing left open.
+ * Open name with the layer below m (io_stack_below), then, when wanted, a
+ * stacked channel of m over it (io_stacked_new): 0 with *out the new
+ * channel, or the channel below when not wanted; an error with nothing
+ * left open.
  */
-errcode_t io_stacked_open(io_manager m, io_manager below, const char *name, int flags, int wanted,
-			  size_t size, io_channel *out);
+errcode_t io_stacked_open(io_manager m, const char *name, int flags, int wanted, size_t size,
+			  io_channel *out);
 void io_stacked_free(io_channel ch);
 /* The last reference to a stacked channel goes: the layer below is closed (its error returned), ch freed. */
 errcode_t io_stacked_close(io_channel ch);
