@@ -196,6 +196,8 @@ struct rr_opts {
 	int atime;		/* RR_ATIME_RELATIME (default), _NOATIME, _STRICT: what a read does to atime */
 	int diratime;		/* 0 (-o nodiratime): a directory's listing leaves its atime alone */
 	int io_uring;		/* -o io_uring: FUSE requests over io_uring where the kernel offers it */
+	unsigned int cache_mb;	/* the metadata cache's bound, MiB (-o cache_mb=; 0: no cache) */
+	int fuseblk;		/* the kernel claims the block device at mount: not opened O_EXCL */
 	struct rr_alloc_tunables alloc;	/* allocator tunables (-o max_prealloc_kb=, mb_*=) */
 };
 

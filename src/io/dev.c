@@ -37,6 +37,11 @@ struct io_dev {
 	int dfd;		/* O_DIRECT descriptor for the data path, or -1 */
 	unsigned int dalign;	/* its offset, length and memory alignment */
 	int bdev;		/* a block device */
+	/*
+	 * A block device opened without IO_FLAG_EXCLUSIVE: the kernel claims
+	 * it at mount (a fuseblk mount), so it is not held with O_EXCL here.
+	 */
+	int shared;
 	const char *name;	/* the channel's */
 	/* Calls that moved bytes (io_dev_stats); relaxed atomics, any thread. */
 	atomic_uint_fast64_t meta_reads, meta_writes, meta_bytes, data_reads, data_writes, flushes;
@@ -80,19 +85,6 @@ struct io_dev {
  * own thresholds (a tenth of memory), and every sync pays for them.
  */
 #define WB_START_BYTES (4u << 20)
-
-static int io_open_readonly;
-static int io_bdev_shared;
-
-void io_set_readonly(int ro)
-{
-	io_open_readonly = ro;
-}
-
-void io_set_shared_bdev(int on)
-{
-	io_bdev_shared = on;
-}
 
 /*
  * How long an open waits for the image's previous holder to let go: an
@@ -419,7 +411,12 @@ static errcode_t rr_io_open(const char *name, int flags, io_channel *channel)
 
 	if (!name)
 		return EXT2_ET_BAD_DEVICE_NAME;
-	oflags = ((flags & IO_FLAG_RW) && !io_open_readonly) ? O_RDWR : O_RDONLY;
+	/*
+	 * What the open needs comes in flags, which libext2fs builds from
+	 * ext2fs_open2's (EXT2_FLAG_RW, EXT2_FLAG_EXCLUSIVE): its io_options
+	 * reach a channel only once it is open (set_option).
+	 */
+	oflags = (flags & IO_FLAG_RW) ? O_RDWR : O_RDONLY;
 	oflags |= O_CLOEXEC;
 	fd = open(name, oflags);
 	if (fd < 0)
@@ -444,7 +441,7 @@ static errcode_t rr_io_open(const char *name, int flags, io_channel *channel)
 		 * Mounted as fuseblk, the kernel claims the device itself at
 		 * mount, which our exclusive open would refuse: it was only a probe.
 		 */
-		if (io_bdev_shared) {
+		if (!(flags & IO_FLAG_EXCLUSIVE)) {
 			close(efd);
 		} else {
 			close(fd);
@@ -473,6 +470,7 @@ static errcode_t rr_io_open(const char *name, int flags, io_channel *channel)
 	priv->fd = fd;
 	priv->dfd = -1;
 	priv->bdev = S_ISBLK(st.st_mode);
+	priv->shared = priv->bdev && !(flags & IO_FLAG_EXCLUSIVE);
 	ch->magic = EXT2_ET_MAGIC_IO_CHANNEL;
 	ch->manager = rr_io_manager;
 	ch->block_size = 1024;
@@ -592,6 +590,7 @@ static errcode_t rr_io_cache_readahead(io_channel ch, unsigned long long block,
 	return 0;
 }
 
+/* The bottom of the stack: an option no layer above took is unknown (as unix_io says). */
 static errcode_t rr_io_set_option(io_channel ch, const char *option, const char *arg)
 {
 	(void)ch;
@@ -644,7 +643,7 @@ static errcode_t rr_io_discard(io_channel ch, unsigned long long block, unsigned
 	 * invalidates it, which fails with EBUSY on a dirty page (a freed
 	 * metadata block written through the cache): write the range first.
 	 */
-	if ((ch->flags & CHANNEL_FLAGS_BLOCK_DEVICE) && io_bdev_shared)
+	if (priv->shared)
 		sync_file_range(priv->fd, (off_t)r[0], (off_t)r[1],
 				SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
 	if (ch->flags & CHANNEL_FLAGS_BLOCK_DEVICE)

@@ -4,7 +4,7 @@
  * unix_io.  libext2fs opens the top one; each opens the one below it:
  *
  *   libext2fs, the commit (superblock), the orphan file, the data path
- *     rr_cache_io_manager  cache.c  metadata block cache (-o cache_mb=0: absent)
+ *     rr_cache_io_manager  cache.c  metadata block cache (-o cache_mb=0: passes all down)
  *     rr_fail_io_manager   fail.c   fault injection (RRFUSE_IO_FAIL unset: absent)
  *     rr_record_io_manager record.c write recorder (RRFUSE_IO_RECORD unset: absent)
  *     rr_io_manager        dev.c    the image file or block device
@@ -21,6 +21,15 @@
  * recovery at mount (src/journal/) reads and writes the channel under the
  * cache and fault injection (io_under_faults) directly, on a filesystem
  * handle it then closes unwritten.
+ *
+ * Settings come with ext2fs_open2, never in globals: what the device's
+ * open itself needs in its flags (IO_FLAG_RW, IO_FLAG_EXCLUSIVE: dev.h),
+ * the rest in its io_options ("key=value&..."), which libext2fs gives the
+ * top channel's set_option once the stack is open, before it reads the
+ * superblock; a layer takes its own options (cache.c: cache_mb) and hands
+ * on the others (io_stacked_set_option), and the device refuses what no
+ * layer took.  Whether fault injection and the recorder are there is the
+ * tests' to say, in the environment (fail.h, record.h), read at open.
  *
  * Every metadata byte crosses every layer through the channel.  File data
  * does not cross libext2fs's channel (io_data_*, dev.h), but it is offered
