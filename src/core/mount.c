@@ -98,25 +98,40 @@ static int want_readonly_cleanup(const struct rr_fs *rfs, const char *unwritable
 }
 
 /* Metadata that cannot be read or written: a filesystem error (the data path's are not). */
-static errcode_t metadata_io_error(unsigned long block, errcode_t error, const char *what)
+/* ch: the fs's channel, whose app_data attach_errors points at the mount with these handlers. */
+static errcode_t metadata_io_error(io_channel ch, unsigned long block, errcode_t error, const char *what)
 {
 	rr_log(LOG_ERR, "I/O error %s metadata block %lu: %s", what, block, error_message(error));
-	rr_fs_io_error(error, block);
+	rr_fs_io_error(ch->app_data, error, block);
 	return error;
 }
 
 static errcode_t metadata_read_error(io_channel ch, unsigned long block, int count, void *data,
 				     size_t size, int actual, errcode_t error)
 {
-	(void)ch, (void)count, (void)data, (void)size, (void)actual;
-	return metadata_io_error(block, error, "reading");
+	(void)count, (void)data, (void)size, (void)actual;
+	return metadata_io_error(ch, block, error, "reading");
 }
 
 static errcode_t metadata_write_error(io_channel ch, unsigned long block, int count,
 				      const void *data, size_t size, int actual, errcode_t error)
 {
-	(void)ch, (void)count, (void)data, (void)size, (void)actual;
-	return metadata_io_error(block, error, "writing");
+	(void)count, (void)data, (void)size, (void)actual;
+	return metadata_io_error(ch, block, error, "writing");
+}
+
+/*
+ * From now on rfs's errors are recorded (error.h), metadata I/O's too: the
+ * cache calls these handlers (without its lock) for what fails underneath
+ * it, and they find the mount in the channel's app_data, the
+ * application's (libext2fs sets it to the fs at open and never reads it).
+ */
+static void attach_errors(struct rr_fs *rfs, int behaviour)
+{
+	rfs->fs->io->app_data = rfs;
+	rfs->fs->io->read_error = metadata_read_error;
+	rfs->fs->io->write_error = metadata_write_error;
+	rr_error_attach(rfs, behaviour);
 }
 
 /*
@@ -319,6 +334,7 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 	rfs->opts = *opts;
 	rfs->device = device;
 	pthread_mutex_init(&rfs->lock, NULL);
+	rr_error_init(rfs);
 	pthread_mutex_init(&rfs->commit_lock, NULL);
 	pthread_cond_init(&rfs->commit_cond, NULL);
 	pthread_mutex_init(&rfs->delayed.lock, NULL);
@@ -410,10 +426,7 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 	}
 	if (ro && !rfs->ro_cleanup)
 		fs->flags &= ~EXT2_FLAG_RW;
-	/* The cache calls them (without its lock) for what fails underneath it. */
-	fs->io->read_error = metadata_read_error;
-	fs->io->write_error = metadata_write_error;
-	rr_error_attach(rfs, opts->errors);
+	attach_errors(rfs, opts->errors);
 	rfs->ro = ro;
 	rfs->opts.ro = ro;
 	rfs->overhead = check_overhead_blocks(fs);
@@ -541,7 +554,7 @@ int rr_fs_close(struct rr_fs *rfs)
 	if (rfs->mounted) {
 		err = rr_fs_flush(rfs, 0);
 		if (err)
-			ret = rr_err(err);
+			ret = rr_err(rfs, err);
 		/* The last transaction checkpointed, then needs_recovery cleared (the kernel's order). */
 		if (!ret)
 			ret = rr_journal_stop(rfs);
@@ -550,13 +563,13 @@ int rr_fs_close(struct rr_fs *rfs)
 		rfs->fs->flags &= ~(EXT2_FLAG_DIRTY | EXT2_FLAG_BB_DIRTY | EXT2_FLAG_IB_DIRTY);
 	err = ext2fs_close_free(&rfs->fs);
 	if (err && !ret)
-		ret = rr_err(err);
+		ret = rr_err(rfs, err);
 	rr_bitmaps_free(&rfs->bitmaps);
 	orphan_destroy(rfs);
 	free(rfs->check_written.v);
 	rfs->check_written.v = NULL;
 	rfs->check_written.n = rfs->check_written.cap = 0;
-	rr_error_detach();
+	rr_error_detach(rfs);
 	return ret;
 }
 
@@ -608,12 +621,12 @@ int rr_fs_remount(struct rr_fs *rfs, int ro, char *err, size_t errlen)
 	fs->super->s_state = rfs->orig_state;
 	fs->super->s_wtime = (__u32)time(NULL);
 	ext2fs_mark_super_dirty(fs);
-	ret = rr_err(rr_fs_flush(rfs, EXT2_FLAG_FLUSH_NO_SYNC));
+	ret = rr_err(rfs, rr_fs_flush(rfs, EXT2_FLAG_FLUSH_NO_SYNC));
 	if (!ret)
 		rfs->mounted = 0;	/* clean: nothing more to write until rw */
 	rr_fs_end_op(rfs);
 	if (!ret)
-		ret = rr_err(io_channel_flush(rfs->fs->io));
+		ret = rr_err(rfs, io_channel_flush(rfs->fs->io));
 	if (!ret)
 		ret = rr_journal_stop(rfs);
 	if (ret)
