@@ -16,6 +16,7 @@
 #include "mountinfo.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,10 +53,13 @@ static errcode_t open_image(const struct rr_fs *rfs, int rw, int *devro, ext2_fi
 	 */
 	int flags = EXT2_FLAG_64BITS | EXT2_FLAG_FORCE | EXT2_FLAG_SKIP_MMP |
 		    (rfs->opts.fuseblk ? 0 : EXT2_FLAG_EXCLUSIVE);
-	char options[32];
+	char options[64];
+	int n;
 	errcode_t err;
 
-	snprintf(options, sizeof(options), "cache_mb=%u", rfs->opts.cache_mb);
+	n = snprintf(options, sizeof(options), "cache_mb=%u", rfs->opts.cache_mb);
+	if (rfs->opts.trace)
+		snprintf(options + n, sizeof(options) - (size_t)n, "&trace=%#" PRIxPTR, (uintptr_t)rfs->opts.trace);
 	*devro = 0;
 	err = ext2fs_open2(rfs->device, options, flags | (rw ? EXT2_FLAG_RW : 0), 0, 0, io_stack_top(), fs);
 	if (rw && (err == EACCES || err == EROFS || err == EPERM)) {

@@ -199,6 +199,7 @@ struct rr_opts {
 	int io_uring;		/* -o io_uring: FUSE requests over io_uring where the kernel offers it */
 	unsigned int cache_mb;	/* the metadata cache's bound, MiB (-o cache_mb=; 0: no cache) */
 	int fuseblk;		/* the kernel claims the block device at mount: not opened O_EXCL */
+	struct io_trace *trace;	/* -o trace=: the block trace the device writes (src/io/trace.h), or NULL */
 	struct rr_alloc_tunables alloc;	/* allocator tunables (-o max_prealloc_kb=, mb_*=) */
 };
 
@@ -214,6 +215,7 @@ struct rr_written {
 
 struct rr_fs;
 struct jw;
+struct io_trace;
 struct rr_ring_stats;
 
 /* What a flush of all files' delayed data writes back: the kernel's writeback work it stands for. */

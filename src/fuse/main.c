@@ -373,7 +373,7 @@ int main(int argc, char *argv[])
 	if (c.trace) {
 		char real[PATH_MAX];
 
-		r = trace_open(c.trace, realpath(c.device, real) ? real : c.device);
+		r = trace_open(c.trace, realpath(c.device, real) ? real : c.device, &opts.trace);
 		if (r) {
 			fprintf(stderr, "rrfuse: trace=%s: %s\n", c.trace, strerror(-r));
 			goto out;
@@ -426,7 +426,8 @@ out_fs:
 out:
 	if (alloc_trace)
 		fclose(alloc_trace);
-	r = trace_close();
+	/* After rr_fs_close: no channel has the trace any more. */
+	r = trace_close(opts.trace);
 	if (r) {
 		rr_log(LOG_ERR, "trace=%s: %s", c.trace, strerror(-r));
 		ret = 1;
