@@ -539,7 +539,7 @@ static int cache_data(struct io_layer *l, int write, uint64_t off, uint64_t len,
 
 	(void)iov;
 	(void)iovcnt;
-	if (!write || !len)
+	if (!write || !len || c->off)
 		return 0;
 	pthread_mutex_lock(&c->lock);
 	if (c->n || c->nsums) {

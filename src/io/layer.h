@@ -10,9 +10,9 @@
  *     rr_io_manager        dev.c    the image file or block device
  *
  * This is the order (layer.c's table builds it, and nothing else names a
- * layer's neighbour): a layer that keeps
- * metadata (the cache) sits above the faults, so a fault shows where the
- * device would show it (at a miss, at write-back).  The journal writer
+ * layer's neighbour): a layer that keeps metadata (the cache) sits above
+ * the faults, so a fault shows where the device would show it (at a miss,
+ * at write-back).  The journal writer
  * (src/journal/writer.h) is no manager of its own: it is the cache's
  * write-back hook (io_cache_set_journal), which logs the dirty blocks as a
  * transaction through the channel under the cache before it writes them
@@ -26,9 +26,9 @@
  * open itself needs in its flags (IO_FLAG_RW, IO_FLAG_EXCLUSIVE: dev.h),
  * the rest in its io_options ("key=value&..."), which libext2fs gives the
  * top channel's set_option once the stack is open, before it reads the
- * superblock; a layer takes its own options (cache.c: cache_mb) and hands
- * on the others (io_stacked_set_option), and the device refuses what no
- * layer took.  Whether fault injection and the recorder are there is the
+ * superblock; a layer takes its own options (cache.c: cache_mb; dev.c:
+ * trace, the mount's block trace) and hands on the others
+ * (io_stacked_set_option), and the device refuses what no layer took.  Whether fault injection and the recorder are there is the
  * tests' to say, in the environment (fail.h, record.h), read at open.
  *
  * Every metadata byte crosses every layer through the channel.  File data
