@@ -28,8 +28,9 @@
  * top channel's set_option once the stack is open, before it reads the
  * superblock; a layer takes its own options (cache.c: cache_mb; dev.c:
  * trace, the mount's block trace) and hands on the others
- * (io_stacked_set_option), and the device refuses what no layer took.  Whether fault injection and the recorder are there is the
- * tests' to say, in the environment (fail.h, record.h), read at open.
+ * (io_stacked_set_option), and the device refuses what no layer took.
+ * Whether fault injection and the recorder are there is the tests' to
+ * say, in the environment (fail.h, record.h), read at open.
  *
  * Every metadata byte crosses every layer through the channel.  File data
  * does not cross libext2fs's channel (io_data_*, dev.h), but it is offered
