@@ -32,7 +32,7 @@ static void mmp_check(struct rr_fs *rfs)
 	if (err) {
 		rr_log(LOG_CRIT, "multi-mount protection: %s: another node writes this filesystem",
 		       error_message(err));
-		rr_fs_error(err, 0, fs->super->s_mmp_block);
+		rr_fs_error(rfs, err, 0, fs->super->s_mmp_block);
 	}
 }
 
@@ -132,11 +132,11 @@ static errcode_t commit_prepare(struct rr_fs *rfs)
  */
 int rr_fs_commit_locked(struct rr_fs *rfs, int sync)
 {
-	int ret = rr_err(commit_prepare(rfs));
+	int ret = rr_err(rfs, commit_prepare(rfs));
 
 	if (ret || !rfs->jw || !sync)
 		return ret;
-	ret = rr_err(io_channel_flush(rfs->fs->io));
+	ret = rr_err(rfs, io_channel_flush(rfs->fs->io));
 	if (!ret && rfs->alloc)
 		rr_alloc_commit_end(rfs->alloc);
 	return ret;
@@ -161,7 +161,7 @@ int rr_fs_commit(struct rr_fs *rfs, int sync)
 	if (ret)
 		return ret;
 	if (sync) {
-		ret = rr_err(io_channel_flush(rfs->fs->io));
+		ret = rr_err(rfs, io_channel_flush(rfs->fs->io));
 		if (ret)
 			return ret;
 		if (rfs->alloc) {

@@ -223,7 +223,7 @@ int emap_ensure(struct rr_fs *rfs, struct rr_inode *ri)
 		rr_fs_end_op(rfs);
 		free(m.v);
 		/* A corrupt map is a filesystem error, as ext4_ext_check_inode's. */
-		return rr_err_ino(err, ri->ino) == -ENOMEM ? -ENOMEM : -EIO;
+		return rr_err_ino(rfs, err, ri->ino) == -ENOMEM ? -ENOMEM : -EIO;
 	}
 	ri->emap = m;
 	ri->extents = !!(in.i_flags & EXT4_EXTENTS_FL);
@@ -742,7 +742,7 @@ int emap_tree_map(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in
 	if (err) {
 		rr_log(LOG_ERR, "inode %u: cannot map blocks %llu+%u: %s", ino, (unsigned long long)lblk,
 		       len, error_message(err));
-		return rr_err_ino(err, ino);
+		return rr_err_ino(rfs, err, ino);
 	}
 	ext2fs_iblk_add_blocks(fs, (struct ext2_inode *)in, len);
 	return 0;
@@ -813,7 +813,7 @@ int emap_tree_punch(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *
 	err = punch_fs_last_block(rfs->fs, ino, in, first, last);
 	if (!err)
 		err = ext2fs_punch(rfs->fs, ino, (struct ext2_inode *)in, NULL, first, last);
-	return rr_err_ino(err, ino);
+	return rr_err_ino(rfs, err, ino);
 }
 
 /*
@@ -881,6 +881,6 @@ int emap_mark_init(struct rr_fs *rfs, struct rr_inode *ri, struct ext2_inode_lar
 	/* The tree changed in several places: simplest to reload the cache. */
 	emap_drop(ri);
 	if (err)
-		return rr_err_ino(err, ri->ino);
+		return rr_err_ino(rfs, err, ri->ino);
 	return inode_write(rfs, ri->ino, in);
 }

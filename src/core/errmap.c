@@ -10,13 +10,13 @@
 
 #include <errno.h>
 
-int rr_err_at(errcode_t err, ext2_ino_t ino, const char *func, unsigned int line)
+int rr_err_at(struct rr_fs *rfs, errcode_t err, ext2_ino_t ino, const char *func, unsigned int line)
 {
 	if (!err)
 		return 0;
 	/* The io manager and libc return plain errnos; an I/O error was recorded below us. */
 	if (err > 0 && err < 4096) {
-		rr_error_attribute(ino, func, line);
+		rr_error_attribute(rfs, ino, func, line);
 		return -(int)err;
 	}
 	switch (err) {
@@ -56,7 +56,7 @@ int rr_err_at(errcode_t err, ext2_ino_t ino, const char *func, unsigned int line
 			rr_log(LOG_ERR, "filesystem error in %s, inode %u: %s", func, ino, error_message(err));
 		else
 			rr_log(LOG_ERR, "filesystem error in %s: %s", func, error_message(err));
-		rr_fs_error_at(err, ino, 0, func, line);
+		rr_fs_error_at(rfs, err, ino, 0, func, line);
 		return -EIO;
 	}
 }

@@ -3,8 +3,8 @@
  * Filesystem errors: logging, the superblock's error record, and errors=.
  *
  * An error is met anywhere, often deep inside a libext2fs call made under
- * the fs lock, so recording it must not need that lock: err_lock (a leaf
- * lock, taken with or without the fs lock) guards the pending record, and
+ * the fs lock, so recording it must not need that lock: the mount's
+ * errs.lock (error.h) guards the pending record, and
  * rr_error_commit() moves it into the superblock under the fs lock at the
  * next commit or at unmount.  errors=remount-ro makes rfs->ro true at once,
  * so every later change gets EROFS while what was done before still reaches
@@ -30,32 +30,6 @@
 #define RR_ERR_EFSBADCRC	4
 #define RR_ERR_EFSCORRUPTED	5
 
-/* What the superblock's s_{first,last}_error_* fields say about one error. */
-struct err_record {
-	int64_t time;
-	ext2_ino_t ino;
-	uint64_t blk;
-	unsigned int line;
-	uint8_t code;
-	char func[32];			/* NUL-padded, not terminated when full (as ext4's) */
-	unsigned long seq;		/* which error this is, for rr_error_attribute() */
-};
-
-static struct {
-	pthread_mutex_t lock;
-	struct rr_fs *rfs;
-	int behaviour;
-	unsigned int pending;		/* errors not yet in the superblock */
-	int refined;			/* a record completed since the last commit */
-	int keep_first;			/* the image's first error predates this mount */
-	unsigned long seq;		/* errors met so far */
-	struct err_record first, last;
-	int have_first;
-	/* Data blocks already reported, so that a retrying reader does not flood the log. */
-	uint64_t logged[16];
-	unsigned int nlogged;
-} err = { .lock = PTHREAD_MUTEX_INITIALIZER };
-
 static const char *const names[] = {
 	[EXT2_ERRORS_CONTINUE] = "continue",
 	[EXT2_ERRORS_RO] = "remount-ro",
@@ -72,24 +46,31 @@ int rr_errors_parse(const char *s)
 	return -1;
 }
 
-void rr_error_attach(struct rr_fs *rfs, int behaviour)
+void rr_error_init(struct rr_fs *rfs)
 {
-	int sb = rfs->fs->super->s_errors;
-
-	pthread_mutex_lock(&err.lock);
-	err.rfs = rfs;
-	err.keep_first = rfs->fs->super->s_error_count != 0;
-	/* The image's choice unless the mount says otherwise; unknown values mean continue. */
-	err.behaviour = behaviour ? behaviour :
-		(sb >= EXT2_ERRORS_CONTINUE && sb <= EXT2_ERRORS_PANIC ? sb : EXT2_ERRORS_CONTINUE);
-	pthread_mutex_unlock(&err.lock);
+	memset(&rfs->errs, 0, sizeof(rfs->errs));
+	pthread_mutex_init(&rfs->errs.lock, NULL);
 }
 
-void rr_error_detach(void)
+void rr_error_attach(struct rr_fs *rfs, int behaviour)
 {
-	pthread_mutex_lock(&err.lock);
-	err.rfs = NULL;
-	pthread_mutex_unlock(&err.lock);
+	struct rr_errors *err = &rfs->errs;
+	int sb = rfs->fs->super->s_errors;
+
+	pthread_mutex_lock(&err->lock);
+	err->attached = 1;
+	err->keep_first = rfs->fs->super->s_error_count != 0;
+	/* The image's choice unless the mount says otherwise; unknown values mean continue. */
+	err->behaviour = behaviour ? behaviour :
+		(sb >= EXT2_ERRORS_CONTINUE && sb <= EXT2_ERRORS_PANIC ? sb : EXT2_ERRORS_CONTINUE);
+	pthread_mutex_unlock(&err->lock);
+}
+
+void rr_error_detach(struct rr_fs *rfs)
+{
+	pthread_mutex_lock(&rfs->errs.lock);
+	rfs->errs.attached = 0;
+	pthread_mutex_unlock(&rfs->errs.lock);
 }
 
 static uint8_t code_of(errcode_t e)
@@ -114,6 +95,7 @@ static uint8_t code_of(errcode_t e)
 /* The superblock's primary copy with the error recorded, then the daemon stops. */
 static void panic_now(struct rr_fs *rfs)
 {
+	/* The process's, not the mount's: it is what stops. */
 	static atomic_int panicking;
 
 	if (atomic_exchange(&panicking, 1))
@@ -127,7 +109,7 @@ static void panic_now(struct rr_fs *rfs)
 	_exit(EXIT_FAILURE);
 }
 
-static void set_func(struct err_record *r, const char *func)
+static void set_func(struct rr_err_record *r, const char *func)
 {
 	memset(r->func, 0, sizeof(r->func));
 	if (func)
@@ -141,32 +123,32 @@ static void set_func(struct err_record *r, const char *func)
  */
 static __thread unsigned long io_seq;
 
-static void fs_error(errcode_t e, ext2_ino_t ino, uint64_t blk, const char *func, unsigned int line,
-		     int from_io)
+static void fs_error(struct rr_fs *rfs, errcode_t e, ext2_ino_t ino, uint64_t blk, const char *func,
+		     unsigned int line, int from_io)
 {
-	struct err_record r = { .time = time(NULL), .ino = ino, .blk = blk, .line = line, .code = code_of(e) };
-	struct rr_fs *rfs;
-	int behaviour, first;
+	struct rr_err_record r = { .time = time(NULL), .ino = ino, .blk = blk, .line = line, .code = code_of(e) };
+	struct rr_errors *err = &rfs->errs;
+	int behaviour, first, attached;
 
 	set_func(&r, func);
-	pthread_mutex_lock(&err.lock);
-	rfs = err.rfs;
-	behaviour = err.behaviour;
-	if (rfs) {
-		r.seq = ++err.seq;
-		if (!err.have_first) {
-			err.first = r;
-			err.have_first = 1;
+	pthread_mutex_lock(&err->lock);
+	attached = err->attached;
+	behaviour = err->behaviour;
+	if (attached) {
+		r.seq = ++err->seq;
+		if (!err->have_first) {
+			err->first = r;
+			err->have_first = 1;
 		}
-		err.last = r;
-		err.pending++;
+		err->last = r;
+		err->pending++;
 		if (from_io)
 			io_seq = r.seq;
 	}
-	first = err.pending == 1;
-	pthread_mutex_unlock(&err.lock);
-	if (!rfs)
-		return;		/* met while mounting: the caller refuses the image */
+	first = err->pending == 1;
+	pthread_mutex_unlock(&err->lock);
+	if (!attached)
+		return;		/* met while mounting (the caller refuses the image) or after unmount */
 	if (behaviour == EXT2_ERRORS_PANIC)
 		panic_now(rfs);
 	if (behaviour == EXT2_ERRORS_RO && !atomic_exchange(&rfs->ro, 1))
@@ -175,26 +157,28 @@ static void fs_error(errcode_t e, ext2_ino_t ino, uint64_t blk, const char *func
 		rr_log(LOG_WARNING, "filesystem error recorded in the superblock; run e2fsck after unmounting");
 }
 
-void rr_fs_error_at(errcode_t e, ext2_ino_t ino, uint64_t blk, const char *func, unsigned int line)
+void rr_fs_error_at(struct rr_fs *rfs, errcode_t e, ext2_ino_t ino, uint64_t blk, const char *func,
+		    unsigned int line)
 {
-	fs_error(e, ino, blk, func, line, 0);
+	fs_error(rfs, e, ino, blk, func, line, 0);
 }
 
-void rr_fs_io_error(errcode_t e, uint64_t blk)
+void rr_fs_io_error(struct rr_fs *rfs, errcode_t e, uint64_t blk)
 {
-	fs_error(e, 0, blk, NULL, 0, 1);
+	fs_error(rfs, e, 0, blk, NULL, 0, 1);
 }
 
-void rr_error_attribute(ext2_ino_t ino, const char *func, unsigned int line)
+void rr_error_attribute(struct rr_fs *rfs, ext2_ino_t ino, const char *func, unsigned int line)
 {
-	struct err_record *rs[2] = { &err.first, &err.last };
+	struct rr_errors *err = &rfs->errs;
+	struct rr_err_record *rs[2] = { &err->first, &err->last };
 	unsigned long seq = io_seq;
 	size_t i;
 
 	if (!seq)
 		return;
 	io_seq = 0;
-	pthread_mutex_lock(&err.lock);
+	pthread_mutex_lock(&err->lock);
 	for (i = 0; i < 2; i++) {
 		if (rs[i]->seq != seq || rs[i]->func[0])
 			continue;
@@ -202,28 +186,29 @@ void rr_error_attribute(ext2_ino_t ino, const char *func, unsigned int line)
 		rs[i]->line = line;
 		if (!rs[i]->ino)
 			rs[i]->ino = ino;
-		err.refined = 1;
+		err->refined = 1;
 	}
-	pthread_mutex_unlock(&err.lock);
+	pthread_mutex_unlock(&err->lock);
 }
 
-void rr_data_io_error(int write, uint64_t blk, int e)
+void rr_data_io_error(struct rr_fs *rfs, int write, uint64_t blk, int e)
 {
+	struct rr_errors *err = &rfs->errs;
 	unsigned int i;
 	int seen = 0;
 
-	pthread_mutex_lock(&err.lock);
-	for (i = 0; i < err.nlogged && i < 16; i++)
-		seen |= err.logged[i] == blk;
+	pthread_mutex_lock(&err->lock);
+	for (i = 0; i < err->nlogged && i < RR_ERR_LOGGED; i++)
+		seen |= err->logged[i] == blk;
 	if (!seen)
-		err.logged[err.nlogged++ % 16] = blk;
-	pthread_mutex_unlock(&err.lock);
+		err->logged[err->nlogged++ % RR_ERR_LOGGED] = blk;
+	pthread_mutex_unlock(&err->lock);
 	if (!seen)
 		rr_log(LOG_ERR, "I/O error %s block %llu: %s", write ? "writing" : "reading",
 		       (unsigned long long)blk, strerror(e));
 }
 
-static void put_record(const struct err_record *r, __u32 *time, __u8 *time_hi, __u32 *ino, __u64 *blk,
+static void put_record(const struct rr_err_record *r, __u32 *time, __u8 *time_hi, __u32 *ino, __u64 *blk,
 		       __u8 *func, __u32 *line, __u8 *code)
 {
 	*time = (__u32)r->time;
@@ -238,20 +223,21 @@ static void put_record(const struct err_record *r, __u32 *time, __u8 *time_hi, _
 void rr_error_commit(struct rr_fs *rfs)
 {
 	struct ext2_super_block *sb = rfs->fs->super;
-	struct err_record first, last;
+	struct rr_errors *err = &rfs->errs;
+	struct rr_err_record first, last;
 	unsigned int n;
 	int have_first, keep_first, refined;
 
-	pthread_mutex_lock(&err.lock);
-	n = err.pending;
-	err.pending = 0;
-	refined = err.refined;
-	err.refined = 0;
-	first = err.first;
-	last = err.last;
-	have_first = err.have_first;
-	keep_first = err.keep_first;
-	pthread_mutex_unlock(&err.lock);
+	pthread_mutex_lock(&err->lock);
+	n = err->pending;
+	err->pending = 0;
+	refined = err->refined;
+	err->refined = 0;
+	first = err->first;
+	last = err->last;
+	have_first = err->have_first;
+	keep_first = err->keep_first;
+	pthread_mutex_unlock(&err->lock);
 	if (!n && !refined)
 		return;
 	sb->s_state |= EXT2_ERROR_FS;

@@ -285,7 +285,7 @@ int inode_load(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in)
 	 */
 	if (err == EXT2_ET_INODE_CSUM_INVALID)
 		ext2fs_flush_icache(rfs->fs);
-	return rr_err_ino(err, ino);
+	return rr_err_ino(rfs, err, ino);
 }
 
 int inode_read(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in)
@@ -372,7 +372,7 @@ int inode_write(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_large *in)
 	int ret;
 
 	note_written(rfs, ino, in);
-	ret = rr_err_ino(ext2fs_write_inode_full(rfs->fs, ino, (struct ext2_inode *)in, sizeof(*in)), ino);
+	ret = rr_err_ino(rfs, ext2fs_write_inode_full(rfs->fs, ino, (struct ext2_inode *)in, sizeof(*in)), ino);
 
 	atime_look_again(rfs, ino);
 	return ret;

@@ -189,7 +189,7 @@ int inode_new(struct rr_fs *rfs, ext2_ino_t dir, const char *name, mode_t mode, 
 		if (!tries)
 			ialloc_remember(rfs, dir, group);
 		if (err)
-			return rr_err(err);
+			return rr_err(rfs, err);
 		/*
 		 * A corrupt inode bitmap can offer an inode that is in use;
 		 * overwriting it would destroy a file.  Keep it marked, as the
@@ -226,7 +226,7 @@ int inode_new(struct rr_fs *rfs, ext2_ino_t dir, const char *name, mode_t mode, 
 		emap_root_init(in);
 	err = write_fresh_inode(fs, ino, in);
 	if (err)
-		return rr_err_ino(err, ino);
+		return rr_err_ino(rfs, err, ino);
 	ialloc_counts_change(fs, &rfs->icounts, -1, isdir);
 	ext2fs_inode_alloc_stats2(fs, ino, +1, isdir);
 	*ino_out = ino;
@@ -262,7 +262,7 @@ int inode_free_locked(struct rr_fs *rfs, ext2_ino_t ino)
 	 * do.  Not i_dtime: on an orphan it is the next-orphan link.
 	 */
 	if (err || in.i_links_count || !in.i_mode || !ext2fs_test_inode_bitmap2(fs->inode_map, ino))
-		return rr_err_ino(err, ino);
+		return rr_err_ino(rfs, err, ino);
 	rr_alloc_discard_inode(rfs->alloc, ino);
 	/* Blocks first, while the inode is still listed: a crash resumes the delete. */
 	ret = emap_tree_punch(rfs, ino, &in, 0, ~0ULL);

@@ -62,7 +62,7 @@ static int set_recover(struct rr_fs *rfs, int on)
 	ret = rr_fs_commit_locked(rfs, 0);
 	rr_fs_unlock(rfs);
 	if (!ret)
-		ret = rr_err(io_channel_flush(fs->io));
+		ret = rr_err(rfs, io_channel_flush(fs->io));
 	return ret;
 }
 

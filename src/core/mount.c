@@ -7,7 +7,7 @@
  */
 #include "rrfs.h"
 #include "dev.h"
-#include "cache.h"
+#include "layer.h"
 #include "recover.h"
 #include "log.h"
 #include "orphan.h"
@@ -16,6 +16,7 @@
 #include "mountinfo.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,25 +36,34 @@ static void host_unlock(void *rfs)
 }
 
 /*
- * Open the image through our io manager, read-write if rw.  *devro: it
- * refused writing (a read-only file or device), so it is open read-only.
+ * Open rfs's image through the I/O stack (src/io/layer.h), read-write if
+ * rw, with the mount's settings: read-write and exclusive as flags (the
+ * device's open needs them), the rest as io_options for the layers that
+ * take them.  *devro: it refused writing (a read-only file or device), so
+ * it is open read-only.
  */
-static errcode_t open_image(const char *device, int rw, int *devro, ext2_filsys *fs)
+static errcode_t open_image(const struct rr_fs *rfs, int rw, int *devro, ext2_filsys *fs)
 {
 	/*
 	 * FORCE: libext2fs would refuse unknown features without naming them;
 	 * check_features() does.  SKIP_MMP: multi-mount protection starts only
 	 * once the image is accepted (mmp_begin), so a refusal writes nothing.
+	 * EXCLUSIVE: a block device held with O_EXCL, unless the kernel is to
+	 * claim it (fuseblk).
 	 */
-	int flags = EXT2_FLAG_64BITS | EXT2_FLAG_EXCLUSIVE | EXT2_FLAG_FORCE | EXT2_FLAG_SKIP_MMP;
+	int flags = EXT2_FLAG_64BITS | EXT2_FLAG_FORCE | EXT2_FLAG_SKIP_MMP |
+		    (rfs->opts.fuseblk ? 0 : EXT2_FLAG_EXCLUSIVE);
+	char options[64];
+	int n;
 	errcode_t err;
 
+	n = snprintf(options, sizeof(options), "cache_mb=%u", rfs->opts.cache_mb);
+	if (rfs->opts.trace)
+		snprintf(options + n, sizeof(options) - (size_t)n, "&trace=%#" PRIxPTR, (uintptr_t)rfs->opts.trace);
 	*devro = 0;
-	io_set_readonly(!rw);
-	err = ext2fs_open2(device, NULL, flags | (rw ? EXT2_FLAG_RW : 0), 0, 0, rr_cache_io_manager, fs);
+	err = ext2fs_open2(rfs->device, options, flags | (rw ? EXT2_FLAG_RW : 0), 0, 0, io_stack_top(), fs);
 	if (rw && (err == EACCES || err == EROFS || err == EPERM)) {
-		io_set_readonly(1);
-		err = ext2fs_open2(device, NULL, flags, 0, 0, rr_cache_io_manager, fs);
+		err = ext2fs_open2(rfs->device, options, flags, 0, 0, io_stack_top(), fs);
 		*devro = !err;
 	}
 	/*
@@ -72,7 +82,7 @@ static errcode_t open_image(const char *device, int rw, int *devro, ext2_filsys 
  * ("orphan cleanup on readonly fs"), unless the image cannot be written.
  * Returns 1 when fs was reopened read-write for that, 0 otherwise.
  */
-static int want_readonly_cleanup(const char *device, const char *unwritable, ext2_filsys *fs)
+static int want_readonly_cleanup(const struct rr_fs *rfs, const char *unwritable, ext2_filsys *fs)
 {
 	int devro;
 
@@ -83,34 +93,49 @@ static int want_readonly_cleanup(const char *device, const char *unwritable, ext
 		return 0;
 	}
 	ext2fs_close_free(fs);
-	if (!open_image(device, 1, &devro, fs) && !devro)
+	if (!open_image(rfs, 1, &devro, fs) && !devro)
 		return 1;
 	rr_log(LOG_WARNING, "write access unavailable, skipping orphan cleanup");
 	if (!devro)
-		open_image(device, 0, &devro, fs);
+		open_image(rfs, 0, &devro, fs);
 	return 0;
 }
 
 /* Metadata that cannot be read or written: a filesystem error (the data path's are not). */
-static errcode_t metadata_io_error(unsigned long block, errcode_t error, const char *what)
+/* ch: the fs's channel, whose app_data attach_errors points at the mount with these handlers. */
+static errcode_t metadata_io_error(io_channel ch, unsigned long block, errcode_t error, const char *what)
 {
 	rr_log(LOG_ERR, "I/O error %s metadata block %lu: %s", what, block, error_message(error));
-	rr_fs_io_error(error, block);
+	rr_fs_io_error(ch->app_data, error, block);
 	return error;
 }
 
 static errcode_t metadata_read_error(io_channel ch, unsigned long block, int count, void *data,
 				     size_t size, int actual, errcode_t error)
 {
-	(void)ch, (void)count, (void)data, (void)size, (void)actual;
-	return metadata_io_error(block, error, "reading");
+	(void)count, (void)data, (void)size, (void)actual;
+	return metadata_io_error(ch, block, error, "reading");
 }
 
 static errcode_t metadata_write_error(io_channel ch, unsigned long block, int count,
 				      const void *data, size_t size, int actual, errcode_t error)
 {
-	(void)ch, (void)count, (void)data, (void)size, (void)actual;
-	return metadata_io_error(block, error, "writing");
+	(void)count, (void)data, (void)size, (void)actual;
+	return metadata_io_error(ch, block, error, "writing");
+}
+
+/*
+ * From now on rfs's errors are recorded (error.h), metadata I/O's too: the
+ * cache calls these handlers (without its lock) for what fails underneath
+ * it, and they find the mount in the channel's app_data, the
+ * application's (libext2fs sets it to the fs at open and never reads it).
+ */
+static void attach_errors(struct rr_fs *rfs, int behaviour)
+{
+	rfs->fs->io->app_data = rfs;
+	rfs->fs->io->read_error = metadata_read_error;
+	rfs->fs->io->write_error = metadata_write_error;
+	rr_error_attach(rfs, behaviour);
 }
 
 /*
@@ -145,9 +170,10 @@ static int mmp_begin(ext2_filsys fs, const char *device, char *msg, size_t msgle
  * read-only mount without replay (*unreplayed set), as the kernel's.
  * On failure *fs is closed.
  */
-static int recover_journal(const char *device, int ro, int devro, int norecovery, ext2_filsys *fs,
+static int recover_journal(const struct rr_fs *rfs, int ro, int devro, int norecovery, ext2_filsys *fs,
 			   int *unreplayed, char *msg, size_t msglen)
 {
+	const char *device = rfs->device;
 	errcode_t err = 0;
 	int ret, dro = 0;
 
@@ -166,7 +192,7 @@ static int recover_journal(const char *device, int ro, int devro, int norecovery
 	}
 	if (!devro && !((*fs)->flags & EXT2_FLAG_RW)) {
 		ext2fs_close_free(fs);
-		err = open_image(device, 1, &dro, fs);
+		err = open_image(rfs, 1, &dro, fs);
 	}
 	if (devro || err || dro) {
 		if (*fs)
@@ -190,7 +216,7 @@ static int recover_journal(const char *device, int ro, int devro, int norecovery
 	ext2fs_close_free(fs);
 	if (ret)
 		return ret;
-	err = open_image(device, !ro, &dro, fs);
+	err = open_image(rfs, !ro, &dro, fs);
 	if (err) {
 		snprintf(msg, msglen, "%s: cannot open the image again after journal recovery: %s", device,
 			 error_message(err));
@@ -227,9 +253,10 @@ static int mount_goes_away(const struct rr_mnt *m)
  * needs recovery (checked again after).  *ro is set when the device is
  * write-protected (*devro).  0 with *fsp open, or -errno with msg.
  */
-static int open_checked(const char *device, int norecovery, int *ro, int *devro, int *unreplayed,
+static int open_checked(const struct rr_fs *rfs, int norecovery, int *ro, int *devro, int *unreplayed,
 			ext2_filsys *fsp, char *msg, size_t msglen)
 {
+	const char *device = rfs->device;
 	struct rr_mnt mnt;
 	errcode_t err;
 	int ret;
@@ -240,7 +267,7 @@ static int open_checked(const char *device, int norecovery, int *ro, int *devro,
 			 device, mnt.target, mnt.fstype);
 		return -EBUSY;
 	}
-	err = open_image(device, !*ro, devro, fsp);
+	err = open_image(rfs, !*ro, devro, fsp);
 	if (*devro) {
 		/* A read-only image file or device: like the kernel, fall back to ro. */
 		rr_log(LOG_WARNING, "%s is write-protected: mounting read-only", device);
@@ -260,7 +287,7 @@ static int open_checked(const char *device, int norecovery, int *ro, int *devro,
 		ret = check_geometry(*fsp, device, msg, msglen);
 	/* As the kernel: the superblock and descriptors are checked before the journal is loaded, and after. */
 	if (!ret && ext2fs_has_feature_journal_needs_recovery((*fsp)->super)) {
-		ret = recover_journal(device, *ro, *devro, norecovery, fsp, unreplayed, msg, msglen);
+		ret = recover_journal(rfs, *ro, *devro, norecovery, fsp, unreplayed, msg, msglen);
 		if (!ret && !*unreplayed)
 			ret = check_features(*fsp, msg, msglen);
 		if (!ret && !*unreplayed)
@@ -311,12 +338,13 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 	rfs->opts = *opts;
 	rfs->device = device;
 	pthread_mutex_init(&rfs->lock, NULL);
+	rr_error_init(rfs);
 	pthread_mutex_init(&rfs->commit_lock, NULL);
 	pthread_cond_init(&rfs->commit_cond, NULL);
 	pthread_mutex_init(&rfs->delayed.lock, NULL);
 	pthread_mutex_init(&rfs->delayed.writeback, NULL);
 
-	ret = open_checked(device, opts->norecovery, &ro, &devro, &unreplayed, &fs, msg, msglen);
+	ret = open_checked(rfs, opts->norecovery, &ro, &devro, &unreplayed, &fs, msg, msglen);
 	if (ret)
 		return ret;
 	unwritable = check_unwritable(fs, why, sizeof(why));
@@ -328,7 +356,7 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 		rr_log(LOG_WARNING, "%s is not writable by rrfuse: mounting read-only", unwritable);
 		ro = 1;
 	} else if (ro && !devro && !unreplayed) {
-		rfs->ro_cleanup = want_readonly_cleanup(device, unwritable, &fs);
+		rfs->ro_cleanup = want_readonly_cleanup(rfs, unwritable, &fs);
 		if (!fs) {
 			snprintf(msg, msglen, "%s: cannot reopen the image", device);
 			return -EIO;
@@ -402,10 +430,7 @@ int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts
 	}
 	if (ro && !rfs->ro_cleanup)
 		fs->flags &= ~EXT2_FLAG_RW;
-	/* The cache calls them (without its lock) for what fails underneath it. */
-	fs->io->read_error = metadata_read_error;
-	fs->io->write_error = metadata_write_error;
-	rr_error_attach(rfs, opts->errors);
+	attach_errors(rfs, opts->errors);
 	rfs->ro = ro;
 	rfs->opts.ro = ro;
 	rfs->overhead = check_overhead_blocks(fs);
@@ -533,7 +558,7 @@ int rr_fs_close(struct rr_fs *rfs)
 	if (rfs->mounted) {
 		err = rr_fs_flush(rfs, 0);
 		if (err)
-			ret = rr_err(err);
+			ret = rr_err(rfs, err);
 		/* The last transaction checkpointed, then needs_recovery cleared (the kernel's order). */
 		if (!ret)
 			ret = rr_journal_stop(rfs);
@@ -542,13 +567,13 @@ int rr_fs_close(struct rr_fs *rfs)
 		rfs->fs->flags &= ~(EXT2_FLAG_DIRTY | EXT2_FLAG_BB_DIRTY | EXT2_FLAG_IB_DIRTY);
 	err = ext2fs_close_free(&rfs->fs);
 	if (err && !ret)
-		ret = rr_err(err);
+		ret = rr_err(rfs, err);
 	rr_bitmaps_free(&rfs->bitmaps);
 	orphan_destroy(rfs);
 	free(rfs->check_written.v);
 	rfs->check_written.v = NULL;
 	rfs->check_written.n = rfs->check_written.cap = 0;
-	rr_error_detach();
+	rr_error_detach(rfs);
 	return ret;
 }
 
@@ -600,12 +625,12 @@ int rr_fs_remount(struct rr_fs *rfs, int ro, char *err, size_t errlen)
 	fs->super->s_state = rfs->orig_state;
 	fs->super->s_wtime = (__u32)time(NULL);
 	ext2fs_mark_super_dirty(fs);
-	ret = rr_err(rr_fs_flush(rfs, EXT2_FLAG_FLUSH_NO_SYNC));
+	ret = rr_err(rfs, rr_fs_flush(rfs, EXT2_FLAG_FLUSH_NO_SYNC));
 	if (!ret)
 		rfs->mounted = 0;	/* clean: nothing more to write until rw */
 	rr_fs_end_op(rfs);
 	if (!ret)
-		ret = rr_err(io_channel_flush(rfs->fs->io));
+		ret = rr_err(rfs, io_channel_flush(rfs->fs->io));
 	if (!ret)
 		ret = rr_journal_stop(rfs);
 	if (ret)

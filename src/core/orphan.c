@@ -163,7 +163,7 @@ static int of_write(struct rr_fs *rfs, unsigned int blk)
 		ext2fs_orphan_block_tail(fs, buf)->ob_checksum =
 			ext2fs_cpu_to_le32(ext2fs_do_orphan_file_block_csum(fs, o->of_ino, o->of_gen,
 									     o->of_pblk[blk], buf));
-	ret = rr_err(io_channel_write_blk64(fs->io, o->of_pblk[blk], 1, buf));
+	ret = rr_err(rfs, io_channel_write_blk64(fs->io, o->of_pblk[blk], 1, buf));
 	if (ret)
 		rr_log(LOG_ERR, "orphan file block %u: write error: %s", blk, strerror(-ret));
 	return ret;

@@ -38,7 +38,7 @@
  *                   holds the fs lock (src/core/journaling.c).
  *
  * Leaves, taken with any of the above held and holding nothing inside:
- * the error record's lock (src/core/error.c), the block trace's (src/io/trace.c),
+ * the error record's lock (rr_fs.errs, src/core/error.h), the block trace's (src/io/trace.c),
  * the allocation trace's (allocators/mb_trace.c), the plug-in list's
  * (allocators/mb_plugin.c), the delayed-data buffer pool's (src/data/dbuf.c),
  * and the device's waiting data run's (src/io/dev.c pend_lock: metadata
@@ -62,6 +62,7 @@
 #include "rrfuse/alloc.h"
 #include "dbuf_type.h"
 #include "orphan.h"
+#include "error.h"
 
 #define RR_CACHELINE 64
 
@@ -196,6 +197,9 @@ struct rr_opts {
 	int atime;		/* RR_ATIME_RELATIME (default), _NOATIME, _STRICT: what a read does to atime */
 	int diratime;		/* 0 (-o nodiratime): a directory's listing leaves its atime alone */
 	int io_uring;		/* -o io_uring: FUSE requests over io_uring where the kernel offers it */
+	unsigned int cache_mb;	/* the metadata cache's bound, MiB (-o cache_mb=; 0: no cache) */
+	int fuseblk;		/* the kernel claims the block device at mount: not opened O_EXCL */
+	struct io_trace *trace;	/* -o trace=: the block trace the device writes (src/io/trace.h), or NULL */
 	struct rr_alloc_tunables alloc;	/* allocator tunables (-o max_prealloc_kb=, mb_*=) */
 };
 
@@ -211,6 +215,7 @@ struct rr_written {
 
 struct rr_fs;
 struct jw;
+struct io_trace;
 struct rr_ring_stats;
 
 /* What a flush of all files' delayed data writes back: the kernel's writeback work it stands for. */
@@ -306,17 +311,21 @@ struct rr_fs {
 
 	/* Orphan list: written by unlink, final release and truncate only. */
 	struct rr_orphans orphans __attribute__((aligned(RR_CACHELINE)));
+
+	/* Errors met, until a commit writes them into the superblock (error.h); its own lock. */
+	struct rr_errors errs;
 };
 
 /* errmap.c */
 /*
- * libext2fs's error code as a negative errno; corruption is a filesystem
- * error, recorded with the caller's function and line (and the inode, with
- * rr_err_ino) as the kernel's ext4_error records them.
+ * libext2fs's error code, met in rfs->fs, as a negative errno; corruption
+ * is a filesystem error of the mount (error.h), recorded with the caller's
+ * function and line (and the inode, with rr_err_ino) as the kernel's
+ * ext4_error records them.
  */
-int rr_err_at(errcode_t err, ext2_ino_t ino, const char *func, unsigned int line);
-#define rr_err(err) rr_err_at((err), 0, __func__, __LINE__)
-#define rr_err_ino(err, ino) rr_err_at((err), (ino), __func__, __LINE__)
+int rr_err_at(struct rr_fs *rfs, errcode_t err, ext2_ino_t ino, const char *func, unsigned int line);
+#define rr_err(rfs, err) rr_err_at((rfs), (err), 0, __func__, __LINE__)
+#define rr_err_ino(rfs, err, ino) rr_err_at((rfs), (err), (ino), __func__, __LINE__)
 
 /* mount.c */
 int rr_fs_open(struct rr_fs *rfs, const char *device, const struct rr_opts *opts,

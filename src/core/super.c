@@ -26,8 +26,8 @@ int rr_fs_write_super(struct rr_fs *rfs)
 #endif
 	err = ext2fs_superblock_csum_set(fs, &sb);
 	if (err)
-		return rr_err(err);
-	ret = rr_err(io_channel_write_byte(fs->io, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE, &sb));
+		return rr_err(rfs, err);
+	ret = rr_err(rfs, io_channel_write_byte(fs->io, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE, &sb));
 	if (!ret && fs->orig_super)
 		memcpy(fs->orig_super, &sb, SUPERBLOCK_SIZE);
 	return ret;

@@ -56,7 +56,7 @@ int rr_trim(struct rr_fs *rfs, uint64_t start, uint64_t len, uint64_t minlen, ui
 			if (used - zero >= minblk) {
 				err = io_channel_discard(fs->io, zero, used - zero);
 				if (err)
-					ret = err == EOPNOTSUPP ? -EOPNOTSUPP : rr_err(err);
+					ret = err == EOPNOTSUPP ? -EOPNOTSUPP : rr_err(rfs, err);
 				else
 					*trimmed += (used - zero) << rfs->bbits;
 			}

@@ -134,7 +134,7 @@ static int write_whole_blocks(struct rr_fs *rfs, uint64_t pblk, uint64_t lblk, u
 	cnt += iov_zero(iov + cnt, 2, (size_t)(bend - seg_end));
 	ret = io_data_writev(rfs->dev, iov, cnt, blk_start(rfs, pblk));
 	if (ret)
-		rr_data_io_error(1, pblk, -ret);
+		rr_data_io_error(rfs, 1, pblk, -ret);
 	return ret;
 }
 
@@ -190,7 +190,7 @@ static int move_mapped(struct rr_fs *rfs, struct rr_inode *ri, char *buf, uint64
 			else
 				ret = io_data_read(rfs->dev, buf + (pos - off), (size_t)(seg_end - pos), dev);
 			if (ret)
-				rr_data_io_error(write, m.pblk, -ret);
+				rr_data_io_error(rfs, write, m.pblk, -ret);
 		} else if (!write) {
 			dbuf_read(&ri->dbuf, rfs->bbits, pos, buf + (pos - off), seg_end - pos);
 		}
@@ -269,7 +269,7 @@ static int write_size(struct rr_fs *rfs, struct rr_inode *ri, uint64_t size, uin
 	rr_fs_lock(rfs);
 	ret = inode_load(rfs, ri->ino, &in);
 	if (!ret) {
-		ret = rr_err_ino(ext2fs_inode_size_set(rfs->fs, (struct ext2_inode *)&in, disksize), ri->ino);
+		ret = rr_err_ino(rfs, ext2fs_inode_size_set(rfs->fs, (struct ext2_inode *)&in, disksize), ri->ino);
 		if (!ret) {
 			if (times)
 				inode_touch(&in, times);
@@ -335,7 +335,7 @@ static int size_for_written(struct rr_fs *rfs, struct rr_inode *ri, struct ext2_
 		*disk = ri->disksize;
 	if (*size == ri->size && *disk == ri->disksize)
 		return 0;
-	ret = rr_err_ino(ext2fs_inode_size_set(rfs->fs, (struct ext2_inode *)in, *disk), ri->ino);
+	ret = rr_err_ino(rfs, ext2fs_inode_size_set(rfs->fs, (struct ext2_inode *)in, *disk), ri->ino);
 	return ret ? ret : 1;
 }
 
@@ -1320,7 +1320,7 @@ int data_write_new_file(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_lar
 	if (!ret)
 		ret = emap_tree_map(rfs, ino, in, 0, ex.pblk, nblk, 0);
 	if (!ret)
-		ret = rr_err_ino(ext2fs_inode_size_set(rfs->fs, (struct ext2_inode *)in, len), ino);
+		ret = rr_err_ino(rfs, ext2fs_inode_size_set(rfs->fs, (struct ext2_inode *)in, len), ino);
 	if (!ret)
 		ret = inode_write(rfs, ino, in);
 	if (ret)

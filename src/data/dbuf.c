@@ -46,7 +46,11 @@ static struct {
 	unsigned int n[POOL_SIZES];			/* protected by lock */
 } pool = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
-/* The mappings made here and not yet unmapped, the pool's included. */
+/*
+ * The mappings made here and not yet unmapped, the pool's included: the
+ * process's, as the limit they answer to (vm.max_map_count) and the pool
+ * above are, not a mount's.
+ */
 static atomic_uint maps;
 
 /* Memory of this size is the heap's: a mapping starts larger and never shrinks to it (dbuf_consume). */

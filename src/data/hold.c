@@ -16,6 +16,10 @@
 #include <stdio.h>
 #include <unistd.h>
 
+/*
+ * The machine's thresholds, not a mount's: the kernel's flusher applies
+ * them to every filesystem alike, so one process-wide copy, read once.
+ */
 static struct rr_hold_limits limits = { .expire_secs = 30, .background_bytes = 256ULL << 20, .free_watermark = 256 };
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 

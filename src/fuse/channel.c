@@ -42,6 +42,11 @@
 #include <time.h>
 #include <unistd.h>
 
+/*
+ * The one FUSE session this daemon serves (src/fuse is its entry point):
+ * the ring's callback (lib/uring.c, chan_take_request) carries no context
+ * to find it by, so it is here rather than the mount's.
+ */
 static struct {
 	struct rr_fs *rfs;
 	struct fuse_session *se;

@@ -16,7 +16,6 @@
 #include "client.h"
 #include "crash.h"
 #include "trace.h"
-#include "dev.h"
 #include "cache.h"
 #include "mountinfo.h"
 #include "mountopt.h"
@@ -171,7 +170,7 @@ static int options_to_opts(const struct rr_cmdline *c, const struct fuse_cmdline
 				CACHE_MB_MAX);
 			return -1;
 		}
-		io_cache_set_mb(mb);
+		opts->cache_mb = mb;
 	}
 	/*
 	 * The data path writes file data to the device before the commit that
@@ -325,7 +324,7 @@ int main(int argc, char *argv[])
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct fuse_cmdline_opts fo = { 0 };
 	struct rr_cmdline c = { 0 };
-	struct rr_opts opts = { .commit_secs = 5, .writeback = 1 };
+	struct rr_opts opts = { .commit_secs = 5, .writeback = 1, .cache_mb = IO_CACHE_MB_DEFAULT };
 	struct rr_fs *rfs = NULL;
 	struct stat st;
 	FILE *alloc_trace = NULL;
@@ -374,7 +373,7 @@ int main(int argc, char *argv[])
 	if (c.trace) {
 		char real[PATH_MAX];
 
-		r = trace_open(c.trace, realpath(c.device, real) ? real : c.device);
+		r = trace_open(c.trace, realpath(c.device, real) ? real : c.device, &opts.trace);
 		if (r) {
 			fprintf(stderr, "rrfuse: trace=%s: %s\n", c.trace, strerror(-r));
 			goto out;
@@ -392,7 +391,7 @@ int main(int argc, char *argv[])
 	 * fusermount3 -u return with the image complete.
 	 */
 	blkdev = geteuid() == 0 && !stat(c.device, &st) && S_ISBLK(st.st_mode);
-	io_set_shared_bdev(blkdev);
+	opts.fuseblk = blkdev;
 	r = rr_fs_open(rfs, c.device, &opts, &data_hooks, msg, sizeof(msg));
 	if (r) {
 		fprintf(stderr, "rrfuse: %s\n", msg);
@@ -427,7 +426,8 @@ out_fs:
 out:
 	if (alloc_trace)
 		fclose(alloc_trace);
-	r = trace_close();
+	/* After rr_fs_close: no channel has the trace any more. */
+	r = trace_close(opts.trace);
 	if (r) {
 		rr_log(LOG_ERR, "trace=%s: %s", c.trace, strerror(-r));
 		ret = 1;

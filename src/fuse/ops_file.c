@@ -135,7 +135,7 @@ static int splice_read(fuse_req_t req, struct rr_inode *ri, size_t size, uint64_
 	if (!ret && dev && size >= RR_SPLICE_MIN) {
 		ret = io_data_read_fd(rfs->dev, dev, size, &fd);
 		if (ret && ret != -EOPNOTSUPP)
-			rr_data_io_error(0, dev >> rfs->bbits, -ret);
+			rr_data_io_error(rfs, 0, dev >> rfs->bbits, -ret);
 		if (!ret) {
 			bv.buf[0].size = size;
 			bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;

@@ -39,11 +39,11 @@
  * after it is released.
  */
 #include "cache.h"
-#include "fail.h"
 #include "layer.h"
 #include "sum.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -65,8 +65,6 @@
 /* Hash chains of the blocks kept by their sum. */
 #define CACHE_SUM_BUCKETS 1024
 
-static unsigned int cache_mb = IO_CACHE_MB_DEFAULT;
-
 struct cache_ent {
 	blk64_t blk;
 	struct cache_ent *hnext;	/* hash chain */
@@ -84,6 +82,14 @@ struct sum_ent {
 
 struct cache {
 	struct io_layer layer;	/* first: the stack's view */
+	/*
+	 * The bound, MiB, and cache_mb=0's "no cache": every transfer goes
+	 * straight down and the cache's calls say there is none.  Set at open
+	 * (set_option, from ext2fs_open2's io_options) before the channel is
+	 * anyone else's; read without the lock.
+	 */
+	unsigned int mb;
+	int off;
 	pthread_mutex_t lock;
 	/* protected by lock: */
 	struct sum_ent *sums[CACHE_SUM_BUCKETS];
@@ -103,14 +109,12 @@ struct cache {
 	atomic_int full;
 };
 
-void io_cache_set_mb(unsigned int mb)
-{
-	cache_mb = mb;
-}
-
+/* ch's cache, or NULL when ch is none or one switched off. */
 static struct cache *cache_of(io_channel ch)
 {
-	return ch->manager == rr_cache_io_manager ? ch->private_data : NULL;
+	struct cache *c = ch->manager == rr_cache_io_manager ? ch->private_data : NULL;
+
+	return c && !c->off ? c : NULL;
 }
 
 io_channel io_cache_lower(io_channel ch)
@@ -510,7 +514,7 @@ static errcode_t shape(struct cache *c, unsigned int bsize)
 
 	clear(c);
 	c->bsize = bsize;
-	c->max = (size_t)cache_mb * 1024 * 1024 / bsize;
+	c->max = (size_t)c->mb * 1024 * 1024 / bsize;
 	if (c->max < CACHE_MIN_BLOCKS)
 		c->max = CACHE_MIN_BLOCKS;
 	for (buckets = 1024; buckets < c->max; buckets <<= 1)
@@ -535,7 +539,7 @@ static int cache_data(struct io_layer *l, int write, uint64_t off, uint64_t len,
 
 	(void)iov;
 	(void)iovcnt;
-	if (!write || !len)
+	if (!write || !len || c->off)
 		return 0;
 	pthread_mutex_lock(&c->lock);
 	if (c->n || c->nsums) {
@@ -549,19 +553,23 @@ static int cache_data(struct io_layer *l, int write, uint64_t off, uint64_t len,
 	return 0;
 }
 
+/*
+ * Always a layer, at the default bound: the bound (cache_mb) comes as an
+ * io_option, which libext2fs hands over only once the channel is open;
+ * cache_mb=0 then switches it off (cache_set_option).
+ */
 static errcode_t cache_open(const char *name, int flags, io_channel *channel)
 {
-	int wanted = cache_mb != 0;
 	struct cache *c;
 	io_channel ch;
 	errcode_t err;
 
-	/* No cache: the layers below alone. */
-	err = io_stacked_open(rr_cache_io_manager, rr_fail_io_manager, name, flags, wanted, sizeof(*c), channel);
-	if (err || !wanted)
+	err = io_stacked_open(rr_cache_io_manager, name, flags, 1, sizeof(*c), channel);
+	if (err)
 		return err;
 	ch = *channel;
 	c = ch->private_data;
+	c->mb = IO_CACHE_MB_DEFAULT;
 	c->lru.next = c->lru.prev = &c->lru;
 	err = shape(c, (unsigned int)ch->block_size);
 	if (err) {
@@ -612,6 +620,55 @@ static errcode_t cache_set_blksize(io_channel ch, int blksize)
 	return report(ch, err);
 }
 
+/*
+ * cache_mb=N: the bound, MiB; 0 switches the cache off (what it holds
+ * written back and dropped first).  Any other option is for the layers
+ * below.
+ */
+static errcode_t cache_set_option(io_channel ch, const char *option, const char *arg)
+{
+	struct cache *c = ch->private_data;
+	unsigned long mb;
+	char *end;
+	errcode_t err;
+
+	if (strcmp(option, "cache_mb"))
+		return io_stacked_set_option(ch, option, arg);
+	if (!arg || !*arg)
+		return EXT2_ET_INVALID_ARGUMENT;
+	errno = 0;
+	mb = strtoul(arg, &end, 10);
+	if (*end || errno || mb > UINT_MAX)
+		return EXT2_ET_INVALID_ARGUMENT;
+	pthread_mutex_lock(&c->lock);
+	err = writeback(c);
+	if (!err) {
+		c->mb = (unsigned int)mb;
+		c->off = !mb;
+		if (c->off)
+			clear(c);
+		else
+			err = shape(c, c->bsize);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return report(ch, err);
+}
+
+/* Switched off: a block transfer goes straight down; this channel's handler hears of a failure. */
+static errcode_t pass_down(io_channel ch, int write, unsigned long long block, int count, void *data)
+{
+	io_channel lower = ((struct cache *)ch->private_data)->layer.lower;
+	errcode_t err;
+
+	err = write ? io_channel_write_blk64(lower, block, count, data) :
+		      io_channel_read_blk64(lower, block, count, data);
+	if (err && write && ch->write_error)
+		return ch->write_error(ch, (unsigned long)block, count, data, io_count_bytes(ch, count), 0, err);
+	if (err && !write && ch->read_error)
+		return ch->read_error(ch, (unsigned long)block, count, data, io_count_bytes(ch, count), 0, err);
+	return err;
+}
+
 /* Is any block of [blk, blk+count) dirty here? */
 static int any_dirty(struct cache *c, blk64_t blk, uint64_t count)
 {
@@ -659,6 +716,8 @@ static errcode_t cache_read_blk64(io_channel ch, unsigned long long block, int c
 	errcode_t err = 0;
 	int i, miss = 0;
 
+	if (c->off)
+		return pass_down(ch, 0, block, count, data);
 	pthread_mutex_lock(&c->lock);
 	if (count < 0) {
 		/* Bytes (the superblock at open): from the device, after what is dirty there. */
@@ -752,6 +811,8 @@ static errcode_t cache_write_byte(io_channel ch, unsigned long offset, int size,
 	errcode_t err;
 	uint64_t b;
 
+	if (c->off)
+		return io_channel_write_byte(c->layer.lower, offset, size, data);
 	pthread_mutex_lock(&c->lock);
 	if (c->jnl.log || part_of_super(offset, size)) {
 		err = write_byte_staged(c, offset, size, data);
@@ -785,6 +846,8 @@ static errcode_t cache_write_blk64(io_channel ch, unsigned long long block, int 
 	errcode_t err = 0;
 	int i;
 
+	if (c->off)
+		return pass_down(ch, 1, block, count, (void *)data);
 	/* Bytes (the superblock at 1024-byte blocks): as a byte write. */
 	if (count < 0)
 		return cache_write_byte(ch, (unsigned long)(block * c->bsize), -count, data);
@@ -914,6 +977,6 @@ static errcode_t cache_discard(io_channel ch, unsigned long long block, unsigned
 
 static struct struct_io_manager cache_manager =
 	IO_LAYER_MANAGER(cache, "rrfuse metadata cache", cache_set_blksize,
-			 io_stacked_set_option, io_stacked_readahead);
+			 cache_set_option, io_stacked_readahead);
 
 io_manager rr_cache_io_manager = &cache_manager;

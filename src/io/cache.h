@@ -15,11 +15,13 @@
 
 extern io_manager rr_cache_io_manager;
 
-/* The cache's bound when -o cache_mb is not given, MiB. */
+/*
+ * The cache's bound when -o cache_mb is not given, MiB.  The io_option
+ * "cache_mb=N" (ext2fs_open2) sets it: clean blocks are evicted least
+ * recently used first; 0 switches the cache off, and every call below that
+ * names a cache then finds none.
+ */
 #define IO_CACHE_MB_DEFAULT 32
-
-/* Set before ext2fs_open2(): the bound, MiB (clean blocks are evicted least recently used first). */
-void io_cache_set_mb(unsigned int mb);
 
 /* The channel under the cache in ch's stack (past it, to the device), or ch when there is no cache. */
 io_channel io_cache_lower(io_channel ch);

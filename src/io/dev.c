@@ -37,6 +37,17 @@ struct io_dev {
 	int dfd;		/* O_DIRECT descriptor for the data path, or -1 */
 	unsigned int dalign;	/* its offset, length and memory alignment */
 	int bdev;		/* a block device */
+	/*
+	 * A block device opened without IO_FLAG_EXCLUSIVE: the kernel claims
+	 * it at mount (a fuseblk mount), so it is not held with O_EXCL here.
+	 */
+	int shared;
+	/*
+	 * The mount's block trace (-o trace=), or NULL: the io_option
+	 * "trace=ADDRESS" (rr_io_set_option) sets it right after the open,
+	 * before any transfer; the mount closes it after the channel.
+	 */
+	struct io_trace *trace;
 	const char *name;	/* the channel's */
 	/* Calls that moved bytes (io_dev_stats); relaxed atomics, any thread. */
 	atomic_uint_fast64_t meta_reads, meta_writes, meta_bytes, data_reads, data_writes, flushes;
@@ -80,19 +91,6 @@ struct io_dev {
  * own thresholds (a tenth of memory), and every sync pays for them.
  */
 #define WB_START_BYTES (4u << 20)
-
-static int io_open_readonly;
-static int io_bdev_shared;
-
-void io_set_readonly(int ro)
-{
-	io_open_readonly = ro;
-}
-
-void io_set_shared_bdev(int on)
-{
-	io_bdev_shared = on;
-}
 
 /*
  * How long an open waits for the image's previous holder to let go: an
@@ -419,7 +417,12 @@ static errcode_t rr_io_open(const char *name, int flags, io_channel *channel)
 
 	if (!name)
 		return EXT2_ET_BAD_DEVICE_NAME;
-	oflags = ((flags & IO_FLAG_RW) && !io_open_readonly) ? O_RDWR : O_RDONLY;
+	/*
+	 * What the open needs comes in flags, which libext2fs builds from
+	 * ext2fs_open2's (EXT2_FLAG_RW, EXT2_FLAG_EXCLUSIVE): its io_options
+	 * reach a channel only once it is open (set_option).
+	 */
+	oflags = (flags & IO_FLAG_RW) ? O_RDWR : O_RDONLY;
 	oflags |= O_CLOEXEC;
 	fd = open(name, oflags);
 	if (fd < 0)
@@ -444,7 +447,7 @@ static errcode_t rr_io_open(const char *name, int flags, io_channel *channel)
 		 * Mounted as fuseblk, the kernel claims the device itself at
 		 * mount, which our exclusive open would refuse: it was only a probe.
 		 */
-		if (io_bdev_shared) {
+		if (!(flags & IO_FLAG_EXCLUSIVE)) {
 			close(efd);
 		} else {
 			close(fd);
@@ -473,6 +476,7 @@ static errcode_t rr_io_open(const char *name, int flags, io_channel *channel)
 	priv->fd = fd;
 	priv->dfd = -1;
 	priv->bdev = S_ISBLK(st.st_mode);
+	priv->shared = priv->bdev && !(flags & IO_FLAG_EXCLUSIVE);
 	ch->magic = EXT2_ET_MAGIC_IO_CHANNEL;
 	ch->manager = rr_io_manager;
 	ch->block_size = 1024;
@@ -482,7 +486,6 @@ static errcode_t rr_io_open(const char *name, int flags, io_channel *channel)
 		ch->flags |= CHANNEL_FLAGS_BLOCK_DEVICE;
 	ch->private_data = priv;
 	priv->name = ch->name;
-	trace_io(TRACE_NONE, TRACE_OPEN, 0, 0);
 	*channel = ch;
 	return 0;
 }
@@ -497,7 +500,7 @@ static errcode_t rr_io_close(io_channel ch)
 	free(priv->pend);
 	pthread_mutex_destroy(&priv->pend_lock);
 	/* Before the lock goes with the descriptor: the trace is complete for whoever waits. */
-	trace_io(TRACE_NONE, TRACE_CLOSE, 0, 0);
+	trace_io(priv->trace, TRACE_NONE, TRACE_CLOSE, 0, 0);
 	if (priv->dfd >= 0)
 		close(priv->dfd);
 	close(priv->fd);
@@ -520,7 +523,7 @@ static errcode_t rr_io_read_blk64(io_channel ch, unsigned long long block, int c
 	int ret;
 
 	pend_out(priv, block * (uint64_t)ch->block_size, len);
-	trace_io(TRACE_META, TRACE_READ, block * (uint64_t)ch->block_size, len);
+	trace_io(priv->trace, TRACE_META, TRACE_READ, block * (uint64_t)ch->block_size, len);
 	tally(&priv->meta_reads);
 	ret = io_pread_all(priv->fd, data, len, block * (uint64_t)ch->block_size);
 
@@ -537,7 +540,7 @@ static errcode_t rr_io_write_blk64(io_channel ch, unsigned long long block, int 
 	int ret;
 
 	pend_out(priv, 0, 0);
-	trace_io(TRACE_META, TRACE_WRITE, block * (uint64_t)ch->block_size, len);
+	trace_io(priv->trace, TRACE_META, TRACE_WRITE, block * (uint64_t)ch->block_size, len);
 	tally(&priv->meta_writes);
 	atomic_fetch_add_explicit(&priv->meta_bytes, len, memory_order_relaxed);
 	ret = io_pwrite_all(priv->fd, data, len, block * (uint64_t)ch->block_size);
@@ -553,7 +556,7 @@ static errcode_t rr_io_write_byte(io_channel ch, unsigned long offset, int size,
 	int ret;
 
 	pend_out(priv, 0, 0);
-	trace_io(TRACE_META, TRACE_WRITE, offset, (uint64_t)size);
+	trace_io(priv->trace, TRACE_META, TRACE_WRITE, offset, (uint64_t)size);
 	tally(&priv->meta_writes);
 	atomic_fetch_add_explicit(&priv->meta_bytes, (uint64_t)size, memory_order_relaxed);
 	ret = io_pwrite_all(priv->fd, data, (size_t)size, offset);
@@ -572,7 +575,7 @@ static errcode_t rr_io_flush(io_channel ch)
 	failed = priv->pend_err;
 	priv->pend_err = 0;
 	pthread_mutex_unlock(&priv->pend_lock);
-	trace_io(TRACE_NONE, TRACE_SYNC, 0, 0);
+	trace_io(priv->trace, TRACE_NONE, TRACE_SYNC, 0, 0);
 	tally(&priv->flushes);
 	ret = io_flush(priv->fd);
 	if (!ret)
@@ -592,12 +595,27 @@ static errcode_t rr_io_cache_readahead(io_channel ch, unsigned long long block,
 	return 0;
 }
 
+/*
+ * trace=ADDRESS: the mount's block trace (trace.h), a struct io_trace of
+ * this process whose address the mount writes as the value (io_options
+ * are strings), which then sees the device opened.  The bottom of the
+ * stack: an option no layer above took is unknown (as unix_io says).
+ */
 static errcode_t rr_io_set_option(io_channel ch, const char *option, const char *arg)
 {
-	(void)ch;
-	(void)option;
-	(void)arg;
-	return EXT2_ET_INVALID_ARGUMENT;
+	struct io_dev *priv = ch->private_data;
+	unsigned long long addr;
+	char *end;
+
+	if (strcmp(option, "trace") || !arg || !*arg || priv->trace)
+		return EXT2_ET_INVALID_ARGUMENT;
+	errno = 0;
+	addr = strtoull(arg, &end, 0);
+	if (*end || errno || !addr)
+		return EXT2_ET_INVALID_ARGUMENT;
+	priv->trace = (struct io_trace *)(uintptr_t)addr;
+	trace_io(priv->trace, TRACE_NONE, TRACE_OPEN, 0, 0);
+	return 0;
 }
 
 static errcode_t rr_io_zeroout(io_channel ch, unsigned long long block, unsigned long long count)
@@ -608,7 +626,7 @@ static errcode_t rr_io_zeroout(io_channel ch, unsigned long long block, unsigned
 	uint64_t len = count * (uint64_t)ch->block_size;
 
 	pend_out(priv, 0, 0);
-	trace_io(TRACE_META, TRACE_WRITE, off, len);
+	trace_io(priv->trace, TRACE_META, TRACE_WRITE, off, len);
 	while (len) {
 		size_t n = len > sizeof(zero) ? sizeof(zero) : (size_t)len;
 		int ret;
@@ -637,14 +655,14 @@ static errcode_t rr_io_discard(io_channel ch, unsigned long long block, unsigned
 	int ret;
 
 	pend_out(priv, r[0], r[1]);
-	trace_io(TRACE_NONE, TRACE_TRIM, r[0], r[1]);
+	trace_io(priv->trace, TRACE_NONE, TRACE_TRIM, r[0], r[1]);
 	/*
 	 * A fuseblk mount's device is claimed by the kernel, so BLKDISCARD
 	 * cannot take it over to drop the range's page cache and only
 	 * invalidates it, which fails with EBUSY on a dirty page (a freed
 	 * metadata block written through the cache): write the range first.
 	 */
-	if ((ch->flags & CHANNEL_FLAGS_BLOCK_DEVICE) && io_bdev_shared)
+	if (priv->shared)
 		sync_file_range(priv->fd, (off_t)r[0], (off_t)r[1],
 				SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
 	if (ch->flags & CHANNEL_FLAGS_BLOCK_DEVICE)
@@ -719,7 +737,7 @@ int io_data_read(io_channel ch, void *buf, size_t len, uint64_t off)
 	if (ret)
 		return ret;
 	pend_out(priv, off, len);
-	trace_io(TRACE_DATA, TRACE_READ, off, len);
+	trace_io(priv->trace, TRACE_DATA, TRACE_READ, off, len);
 	tally(&priv->data_reads);
 	if (!aligned(priv, off, len))
 		return io_pread_all(priv->fd, buf, len, off);
@@ -752,7 +770,7 @@ int io_data_read_fd(io_channel ch, uint64_t off, size_t len, int *fd)
 	if (ret)
 		return ret;
 	pend_out(priv, off, len);
-	trace_io(TRACE_DATA, TRACE_READ, off, len);
+	trace_io(priv->trace, TRACE_DATA, TRACE_READ, off, len);
 	tally(&priv->data_reads);
 	tally(&priv->data_spliced);
 	*fd = priv->fd;
@@ -771,7 +789,7 @@ int io_data_writev(io_channel ch, struct iovec *iov, int iovcnt, uint64_t off)
 	ret = io_layers_data(ch, 1, off, len, iov, iovcnt);
 	if (ret)
 		return ret;
-	trace_io(TRACE_DATA, TRACE_WRITE, off, len);
+	trace_io(priv->trace, TRACE_DATA, TRACE_WRITE, off, len);
 	tally(&priv->data_writes);
 	if (priv->dfd < 0) {
 		ret = pend_write(priv, iov, iovcnt, off, len);

@@ -11,12 +11,15 @@
 #include <sys/uio.h>
 #include <ext2fs/ext2fs.h>
 
+/*
+ * Opened read-write only with IO_FLAG_RW (ext2fs_open2's EXT2_FLAG_RW); a
+ * block device opened read-write is held with O_EXCL only with
+ * IO_FLAG_EXCLUSIVE (EXT2_FLAG_EXCLUSIVE): without it the kernel is to
+ * claim the device at mount (fuseblk), and the open only checks that no
+ * one has it yet.
+ */
 extern io_manager rr_io_manager;
 
-/* Set before ext2fs_open2(): open flags the manager adds (O_RDONLY for ro). */
-void io_set_readonly(int ro);
-/* Set before ext2fs_open2(): the kernel will claim the block device (fuseblk), so no O_EXCL. */
-void io_set_shared_bdev(int on);
 /* The process holding a flock on fd's file (/proc/locks), 0 if not known. */
 long io_lock_holder(int fd);
 /*

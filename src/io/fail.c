@@ -1,9 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /* rr_fail: fault injection stacked on the device manager (see fail.h). */
 #include "fail.h"
-#include "dev.h"
 #include "layer.h"
-#include "record.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -62,7 +60,7 @@ static errcode_t fail_open(const char *name, int flags, io_channel *channel)
 	errcode_t err;
 
 	/* Nothing to fail: the device alone. */
-	err = io_stacked_open(rr_fail_io_manager, rr_record_io_manager, name, flags, wanted, sizeof(*f), channel);
+	err = io_stacked_open(rr_fail_io_manager, name, flags, wanted, sizeof(*f), channel);
 	if (err || !wanted)
 		return err;
 	f = (*channel)->private_data;

@@ -8,14 +8,49 @@
 
 #include <string.h>
 
+/*
+ * The stack, top to bottom (the order layer.h gives the reasons for): the
+ * one place that says which layer lies on which.  A layer's open opens the
+ * entry after its own (io_stack_below), never a manager it names; a layer
+ * that is not wanted (its open decides) hands up the channel below it.
+ * Addresses of the managers' variables, which are not constants.
+ */
+static io_manager *const io_stack[] = {
+	&rr_cache_io_manager,
+	&rr_fail_io_manager,
+	&rr_record_io_manager,
+	&rr_io_manager,
+};
+#define IO_STACK_DEPTH (sizeof(io_stack) / sizeof(io_stack[0]))
+
+/* m's place in the stack, 0 at the top; -1 when m is no layer of it. */
+static int stack_index(io_manager m)
+{
+	size_t i;
+
+	for (i = 0; i < IO_STACK_DEPTH; i++)
+		if (*io_stack[i] == m)
+			return (int)i;
+	return -1;
+}
+
+io_manager io_stack_top(void)
+{
+	return *io_stack[0];
+}
+
+io_manager io_stack_below(io_manager m)
+{
+	int i = stack_index(m);
+
+	return i >= 0 && (size_t)i + 1 < IO_STACK_DEPTH ? *io_stack[i + 1] : NULL;
+}
+
 struct io_layer *io_layer_of(io_channel ch)
 {
-	if (!ch || ch->magic != EXT2_ET_MAGIC_IO_CHANNEL)
+	if (!ch || ch->magic != EXT2_ET_MAGIC_IO_CHANNEL || stack_index(ch->manager) < 0)
 		return NULL;
-	if (ch->manager == rr_cache_io_manager || ch->manager == rr_fail_io_manager ||
-	    ch->manager == rr_record_io_manager || ch->manager == rr_io_manager)
-		return ch->private_data;
-	return NULL;
+	return ch->private_data;
 }
 
 uint64_t io_count_bytes(io_channel ch, int count)
@@ -34,10 +69,11 @@ io_channel io_bottom(io_channel ch)
 
 io_channel io_under_faults(io_channel ch)
 {
+	/* The layers above the recorder's place are the cache and fault injection. */
+	int floor = stack_index(rr_record_io_manager), i;
 	struct io_layer *l;
 
-	while ((ch->manager == rr_cache_io_manager || ch->manager == rr_fail_io_manager) &&
-	       (l = io_layer_of(ch)) && l->lower)
+	while ((i = stack_index(ch->manager)) >= 0 && i < floor && (l = io_layer_of(ch)) && l->lower)
 		ch = l->lower;
 	return ch;
 }
@@ -82,13 +118,13 @@ errcode_t io_stacked_new(io_manager m, io_channel lower, size_t size, io_channel
 	return 0;
 }
 
-errcode_t io_stacked_open(io_manager m, io_manager below, const char *name, int flags, int wanted,
-			  size_t size, io_channel *out)
+errcode_t io_stacked_open(io_manager m, const char *name, int flags, int wanted, size_t size,
+			  io_channel *out)
 {
 	io_channel lower;
 	errcode_t err;
 
-	err = below->open(name, flags, &lower);
+	err = io_stack_below(m)->open(name, flags, &lower);
 	if (err)
 		return err;
 	if (!wanted) {

@@ -4,14 +4,15 @@
  * unix_io.  libext2fs opens the top one; each opens the one below it:
  *
  *   libext2fs, the commit (superblock), the orphan file, the data path
- *     rr_cache_io_manager  cache.c  metadata block cache (-o cache_mb=0: absent)
+ *     rr_cache_io_manager  cache.c  metadata block cache (-o cache_mb=0: passes all down)
  *     rr_fail_io_manager   fail.c   fault injection (RRFUSE_IO_FAIL unset: absent)
  *     rr_record_io_manager record.c write recorder (RRFUSE_IO_RECORD unset: absent)
  *     rr_io_manager        dev.c    the image file or block device
  *
- * This is the order, and the only place that states it: a layer that keeps
- * metadata (the cache) sits above the faults, so a fault shows where the
- * device would show it (at a miss, at write-back).  The journal writer
+ * This is the order (layer.c's table builds it, and nothing else names a
+ * layer's neighbour): a layer that keeps metadata (the cache) sits above
+ * the faults, so a fault shows where the device would show it (at a miss,
+ * at write-back).  The journal writer
  * (src/journal/writer.h) is no manager of its own: it is the cache's
  * write-back hook (io_cache_set_journal), which logs the dirty blocks as a
  * transaction through the channel under the cache before it writes them
@@ -20,6 +21,16 @@
  * recovery at mount (src/journal/) reads and writes the channel under the
  * cache and fault injection (io_under_faults) directly, on a filesystem
  * handle it then closes unwritten.
+ *
+ * Settings come with ext2fs_open2, never in globals: what the device's
+ * open itself needs in its flags (IO_FLAG_RW, IO_FLAG_EXCLUSIVE: dev.h),
+ * the rest in its io_options ("key=value&..."), which libext2fs gives the
+ * top channel's set_option once the stack is open, before it reads the
+ * superblock; a layer takes its own options (cache.c: cache_mb; dev.c:
+ * trace, the mount's block trace) and hands on the others
+ * (io_stacked_set_option), and the device refuses what no layer took.
+ * Whether fault injection and the recorder are there is the tests' to
+ * say, in the environment (fail.h, record.h), read at open.
  *
  * Every metadata byte crosses every layer through the channel.  File data
  * does not cross libext2fs's channel (io_data_*, dev.h), but it is offered
@@ -49,6 +60,10 @@ struct io_layer {
 
 /* The bytes a transfer of count moves on ch: a negative count is a byte count (io_manager convention). */
 uint64_t io_count_bytes(io_channel ch, int count);
+/* The manager libext2fs opens: the top of the stack, which opens the rest. */
+io_manager io_stack_top(void);
+/* The layer under m in the stack, which m's open opens; NULL under the device. */
+io_manager io_stack_below(io_manager m);
 /* ch's layer, or NULL when ch is no channel of this stack. */
 struct io_layer *io_layer_of(io_channel ch);
 /* The device's channel at the bottom of ch's stack. */
@@ -65,12 +80,13 @@ int io_layers_data(io_channel ch, int write, uint64_t off, uint64_t len, const s
  */
 errcode_t io_stacked_new(io_manager m, io_channel lower, size_t size, io_channel *out);
 /*
- * Open name with below, then, when wanted, a stacked channel of m over it
- * (io_stacked_new): 0 with *out the new channel, or below's channel when
- * not wanted; an error with nothing left open.
+ * Open name with the layer below m (io_stack_below), then, when wanted, a
+ * stacked channel of m over it (io_stacked_new): 0 with *out the new
+ * channel, or the channel below when not wanted; an error with nothing
+ * left open.
  */
-errcode_t io_stacked_open(io_manager m, io_manager below, const char *name, int flags, int wanted,
-			  size_t size, io_channel *out);
+errcode_t io_stacked_open(io_manager m, const char *name, int flags, int wanted, size_t size,
+			  io_channel *out);
 void io_stacked_free(io_channel ch);
 /* The last reference to a stacked channel goes: the layer below is closed (its error returned), ch freed. */
 errcode_t io_stacked_close(io_channel ch);

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /* rr_record: the write recorder stacked on the device manager (see record.h). */
 #include "record.h"
-#include "dev.h"
 #include "layer.h"
 #include "log.h"
 
@@ -94,7 +93,7 @@ static errcode_t record_open(const char *name, int flags, io_channel *channel)
 	errcode_t err;
 	int fd;
 
-	err = rr_io_manager->open(name, flags, &lower);
+	err = io_stack_below(rr_record_io_manager)->open(name, flags, &lower);
 	if (err || !path || !*path) {
 		*channel = lower;	/* nothing to record: the device alone */
 		return err;

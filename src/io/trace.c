@@ -8,6 +8,10 @@
  * Cost: one formatted line per transfer under one mutex, into a large
  * stdio buffer, so a line is a memory copy and the file is written a
  * buffer at a time.  Not recording costs a load and a branch.
+ *
+ * The trace is the mount's: the daemon's entry point opens it before the
+ * image and closes it after (src/fuse/main.c), and each opening of the
+ * device is handed it as an io_option (src/io/dev.c).
  */
 #include "trace.h"
 
@@ -26,98 +30,102 @@ static const char *const op_names[] = {
 	[TRACE_OPEN] = "open", [TRACE_CLOSE] = "close",
 };
 
-static struct {
-	pthread_mutex_t lock;	/* the two files, in step */
+/* One mount's trace, across every opening of its device (trace.h). */
+struct io_trace {
+	pthread_mutex_t lock;	/* the two files, in step; a leaf (src/core/rrfs.h) */
 	FILE *log, *kinds;
 	char *device;
 	struct timespec start;
 	int err;		/* the first write error */
-} tr = { .lock = PTHREAD_MUTEX_INITIALIZER };
+};
 
-static uint64_t now_us(void)
+static uint64_t now_us(const struct io_trace *t)
 {
-	struct timespec t;
+	struct timespec n;
 
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)(t.tv_sec - tr.start.tv_sec) * 1000000 +
-	       (uint64_t)((t.tv_nsec - tr.start.tv_nsec) / 1000);
+	clock_gettime(CLOCK_MONOTONIC, &n);
+	return (uint64_t)(n.tv_sec - t->start.tv_sec) * 1000000 +
+	       (uint64_t)((n.tv_nsec - t->start.tv_nsec) / 1000);
 }
 
-int trace_open(const char *path, const char *device)
+static void trace_free(struct io_trace *t)
+{
+	pthread_mutex_destroy(&t->lock);
+	free(t->device);
+	free(t);
+}
+
+int trace_open(const char *path, const char *device, struct io_trace **out)
 {
 	size_t n = strlen(path);
 	char *kpath = malloc(n + sizeof(".kinds"));
+	struct io_trace *t = calloc(1, sizeof(*t));
 	int ret = 0;
 
-	if (!kpath)
+	if (!kpath || !t) {
+		free(kpath);
+		free(t);
 		return -ENOMEM;
+	}
+	pthread_mutex_init(&t->lock, NULL);
 	memcpy(kpath, path, n);
 	memcpy(kpath + n, ".kinds", sizeof(".kinds"));
-	tr.log = fopen(path, "we");
-	tr.kinds = tr.log ? fopen(kpath, "we") : NULL;
-	tr.device = strdup(device);
-	if (!tr.log || !tr.kinds || !tr.device) {
+	t->log = fopen(path, "we");
+	t->kinds = t->log ? fopen(kpath, "we") : NULL;
+	t->device = strdup(device);
+	if (!t->log || !t->kinds || !t->device) {
 		ret = errno ? -errno : -ENOMEM;
-		if (tr.log)
-			fclose(tr.log);
-		if (tr.kinds)
-			fclose(tr.kinds);
-		free(tr.device);
-		tr.log = tr.kinds = NULL;
-		tr.device = NULL;
+		if (t->log)
+			fclose(t->log);
+		if (t->kinds)
+			fclose(t->kinds);
+		trace_free(t);
+		t = NULL;
 	} else {
-		setvbuf(tr.log, NULL, _IOFBF, TRACE_BUF_BYTES);
-		setvbuf(tr.kinds, NULL, _IOFBF, TRACE_BUF_BYTES / 8);
-		clock_gettime(CLOCK_MONOTONIC, &tr.start);
-		fprintf(tr.log, "fio version 3 iolog\n0 %s add\n", tr.device);
+		setvbuf(t->log, NULL, _IOFBF, TRACE_BUF_BYTES);
+		setvbuf(t->kinds, NULL, _IOFBF, TRACE_BUF_BYTES / 8);
+		clock_gettime(CLOCK_MONOTONIC, &t->start);
+		fprintf(t->log, "fio version 3 iolog\n0 %s add\n", t->device);
 	}
 	free(kpath);
+	*out = t;
 	return ret;
 }
 
-void trace_io(enum trace_kind kind, enum trace_op op, uint64_t off, uint64_t len)
+void trace_io(struct io_trace *t, enum trace_kind kind, enum trace_op op, uint64_t off, uint64_t len)
 {
-	if (!__atomic_load_n(&tr.log, __ATOMIC_ACQUIRE))
+	if (!t)
 		return;
-	pthread_mutex_lock(&tr.lock);
-	if (tr.log) {
-		/* fio 3.33 reads a sync only with an offset and a length ("sync 0 0"). */
-		if (op == TRACE_READ || op == TRACE_WRITE || op == TRACE_TRIM || op == TRACE_SYNC) {
-			fprintf(tr.log, "%llu %s %s %llu %llu\n", (unsigned long long)now_us(), tr.device,
-				op_names[op], (unsigned long long)off, (unsigned long long)len);
-		} else {
-			fprintf(tr.log, "%llu %s %s\n", (unsigned long long)now_us(), tr.device, op_names[op]);
-		}
-		fputc(kind, tr.kinds);
-		fputc('\n', tr.kinds);
-		if (op == TRACE_CLOSE) {
-			fflush(tr.log);
-			fflush(tr.kinds);
-		}
-		if (!tr.err && (ferror(tr.log) || ferror(tr.kinds)))
-			tr.err = -EIO;
+	pthread_mutex_lock(&t->lock);
+	/* fio 3.33 reads a sync only with an offset and a length ("sync 0 0"). */
+	if (op == TRACE_READ || op == TRACE_WRITE || op == TRACE_TRIM || op == TRACE_SYNC) {
+		fprintf(t->log, "%llu %s %s %llu %llu\n", (unsigned long long)now_us(t), t->device,
+			op_names[op], (unsigned long long)off, (unsigned long long)len);
+	} else {
+		fprintf(t->log, "%llu %s %s\n", (unsigned long long)now_us(t), t->device, op_names[op]);
 	}
-	pthread_mutex_unlock(&tr.lock);
+	fputc(kind, t->kinds);
+	fputc('\n', t->kinds);
+	if (op == TRACE_CLOSE) {
+		fflush(t->log);
+		fflush(t->kinds);
+	}
+	if (!t->err && (ferror(t->log) || ferror(t->kinds)))
+		t->err = -EIO;
+	pthread_mutex_unlock(&t->lock);
 }
 
-int trace_close(void)
+int trace_close(struct io_trace *t)
 {
 	int ret;
 
-	pthread_mutex_lock(&tr.lock);
-	if (!tr.log) {
-		pthread_mutex_unlock(&tr.lock);
+	if (!t)
 		return 0;
-	}
-	ret = tr.err;
-	if (fclose(tr.log) && !ret)
+	ret = t->err;
+	if (fclose(t->log) && !ret)
 		ret = -errno;
-	if (fclose(tr.kinds) && !ret)
+	if (fclose(t->kinds) && !ret)
 		ret = -errno;
-	__atomic_store_n(&tr.log, NULL, __ATOMIC_RELEASE);
-	tr.kinds = NULL;
-	free(tr.device);
-	tr.device = NULL;
-	pthread_mutex_unlock(&tr.lock);
+	trace_free(t);
 	return ret;
 }

@@ -20,16 +20,19 @@ enum trace_kind {
 
 enum trace_op { TRACE_READ, TRACE_WRITE, TRACE_SYNC, TRACE_TRIM, TRACE_OPEN, TRACE_CLOSE };
 
-/* Start recording to path, naming device in every line; 0 or -errno. */
-int trace_open(const char *path, const char *device);
+/* A mount's trace: one device's lines, across all its openings, in one file. */
+struct io_trace;
+
+/* Start recording to path, naming device in every line: 0 with *out, or -errno (*out NULL). */
+int trace_open(const char *path, const char *device, struct io_trace **out);
 /*
  * One transfer (len bytes at off), flush or discard; the device opened or
  * closed (the I/O layer's channel: a close also writes everything out, so
  * the trace is complete when whoever waits for the image's lock goes on).
- * Nothing when not recording.
+ * Nothing when t is NULL (not recording).  Thread-safe.
  */
-void trace_io(enum trace_kind kind, enum trace_op op, uint64_t off, uint64_t len);
-/* Stop recording.  0 or -errno (the first write error). */
-int trace_close(void);
+void trace_io(struct io_trace *t, enum trace_kind kind, enum trace_op op, uint64_t off, uint64_t len);
+/* Stop recording, once no channel has t: 0 or -errno (the first write error); t is freed.  NULL: 0. */
+int trace_close(struct io_trace *t);
 
 #endif

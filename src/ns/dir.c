@@ -95,7 +95,7 @@ static int find_leaf(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_i
 	err = ext2fs_lookup(rfs->fs, dir, name, (int)strlen(name), NULL, ino);
 	if (err == EXT2_ET_FILE_NOT_FOUND)
 		return -ENOENT;
-	return rr_err_ino(err, dir);
+	return rr_err_ino(rfs, err, dir);
 }
 
 static int find(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t *ino)
@@ -119,7 +119,7 @@ static int remove_entry(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext
 		return htree_remove_in_block(rfs, dir, leaf, name);
 	if (ret && ret != -EAGAIN && ret != -ENOENT)
 		return ret;
-	return rr_err_ino(ext2fs_unlink(rfs->fs, dir, name, ino, 0), dir);
+	return rr_err_ino(rfs, ext2fs_unlink(rfs->fs, dir, name, ino, 0), dir);
 }
 
 /*
@@ -136,7 +136,7 @@ static int add_entry(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_i
 		return ret;
 	err = ext2fs_link(rfs->fs, dir, name, ino, ftype);
 	if (err != EXT2_ET_DIR_NO_SPACE)
-		return rr_err_ino(err, dir);
+		return rr_err_ino(rfs, err, dir);
 	/* Outgrowing the first block: index it, as ext4 does. */
 	ret = htree_index_dir(rfs, dir, name, ino, ftype);
 	if (ret != -ENOSPC)
@@ -145,7 +145,7 @@ static int add_entry(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_i
 	err = ext2fs_expand_dir(rfs->fs, dir);
 	if (!err)
 		err = ext2fs_link(rfs->fs, dir, name, ino, ftype);
-	return rr_err_ino(err, dir);
+	return rr_err_ino(rfs, err, dir);
 }
 
 struct set_entry_ctx {
@@ -178,7 +178,7 @@ static int set_entry(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_i
 	errcode_t err = ext2fs_dir_iterate(rfs->fs, dir, DIRENT_FLAG_INCLUDE_EMPTY, NULL, set_entry_cb, &c);
 
 	if (err)
-		return rr_err_ino(err, dir);
+		return rr_err_ino(rfs, err, dir);
 	return c.found ? 0 : -EIO;
 }
 
@@ -201,7 +201,7 @@ static int dir_empty(struct rr_fs *rfs, ext2_ino_t dir)
 	errcode_t err = ext2fs_dir_iterate(rfs->fs, dir, 0, NULL, empty_cb, &empty);
 
 	if (err)
-		return rr_err_ino(err, dir);
+		return rr_err_ino(rfs, err, dir);
 	return empty ? 0 : -ENOTEMPTY;
 }
 
@@ -347,11 +347,11 @@ static int make_dir_block(struct rr_fs *rfs, ext2_ino_t dir, ext2_ino_t ino,
 
 	err = ext2fs_new_dir_block(fs, ino, dir, &block);
 	if (err)
-		return rr_err_ino(err, ino);
+		return rr_err_ino(rfs, err, ino);
 	req.goal = ext2fs_find_inode_goal(fs, ino, (struct ext2_inode *)in, 0);
 	ret = rr_alloc_blocks(rfs->alloc, &req, &ex);
 	if (!ret) {
-		ret = rr_err_ino(ext2fs_write_dir_block4(fs, ex.pblk, block, 0, ino), ino);
+		ret = rr_err_ino(rfs, ext2fs_write_dir_block4(fs, ex.pblk, block, 0, ino), ino);
 		if (!ret)
 			ret = emap_tree_map(rfs, ino, in, 0, ex.pblk, 1, 0);
 		if (ret)
@@ -792,7 +792,7 @@ int dir_list(struct rr_fs *rfs, ext2_ino_t dir, struct rr_dirlist *out)
 	rr_fs_end_op(rfs);
 	if (err) {
 		dir_list_free(out);
-		return rr_err_ino(err, dir);
+		return rr_err_ino(rfs, err, dir);
 	}
 	return 0;
 }

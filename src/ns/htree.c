@@ -118,9 +118,10 @@ static int fill_leaf(ext2_filsys fs, char *buf, struct hent *v, size_t n)
  * "." and ".." left out (*dotdot: the parent); 0, -EIO on a damaged block
  * or a full v.
  */
-static int collect_entries(ext2_filsys fs, ext2_ino_t dir, char *block, int hv, struct hent *v, size_t cap,
+static int collect_entries(struct rr_fs *rfs, ext2_ino_t dir, char *block, int hv, struct hent *v, size_t cap,
 			   size_t *n, ext2_ino_t *dotdot)
 {
+	ext2_filsys fs = rfs->fs;
 	struct ext2_dir_entry *de;
 	unsigned int off, rec;
 	int nlen, ret;
@@ -140,7 +141,7 @@ static int collect_entries(ext2_filsys fs, ext2_ino_t dir, char *block, int hv, 
 		if (*n == cap)
 			return -EIO;
 		v[*n].de = de;
-		ret = rr_err_ino(htree_name_hash(fs, hv, de->name, (size_t)nlen, &v[*n].hash, &v[*n].minor), dir);
+		ret = rr_err_ino(rfs, htree_name_hash(fs, hv, de->name, (size_t)nlen, &v[*n].hash, &v[*n].minor), dir);
 		if (ret)
 			return ret;
 		(*n)++;
@@ -229,7 +230,7 @@ int htree_index_dir(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_in
 	if (!ext2fs_has_feature_dir_index(fs->super) || (in.i_flags & (EXT2_INDEX_FL | EXT4_INLINE_DATA_FL)) ||
 	    EXT2_I_SIZE(&in) != fs->blocksize)
 		return -ENOSPC;	/* not ours to index: the caller grows it linearly */
-	ret = rr_err_ino(ext2fs_bmap2(fs, dir, (struct ext2_inode *)&in, NULL, 0, 0, NULL, &pblk0), dir);
+	ret = rr_err_ino(rfs, ext2fs_bmap2(fs, dir, (struct ext2_inode *)&in, NULL, 0, 0, NULL, &pblk0), dir);
 	if (!ret && !pblk0)
 		ret = -EIO;
 	root = malloc(fs->blocksize);
@@ -239,14 +240,14 @@ int htree_index_dir(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_in
 	if (!ret && (!root || !leaf || !v))
 		ret = -ENOMEM;
 	if (!ret)
-		ret = rr_err_ino(ext2fs_read_dir_block4(fs, pblk0, root, 0, dir), dir);
+		ret = rr_err_ino(rfs, ext2fs_read_dir_block4(fs, pblk0, root, 0, dir), dir);
 	if (ret)
 		goto out;
 
 	hv = fs->super->s_def_hash_version;
 	if (hv <= EXT2_HASH_TEA && (fs->super->s_flags & EXT2_FLAGS_UNSIGNED_HASH))
 		hv += 3;
-	ret = collect_entries(fs, dir, root, hv, v, cap, &n, &dotdot);
+	ret = collect_entries(rfs, dir, root, hv, v, cap, &n, &dotdot);
 	if (ret)
 		goto out;
 	if (!dotdot || n < 2 || n == cap) {
@@ -260,7 +261,7 @@ int htree_index_dir(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_in
 	ext2fs_dirent_set_file_type(&newde.de, ftype);
 	memcpy(newde.de.name, name, strlen(name));
 	v[n].de = &newde.de;
-	ret = rr_err_ino(htree_name_hash(fs, hv, name, strlen(name), &v[n].hash, &v[n].minor), dir);
+	ret = rr_err_ino(rfs, htree_name_hash(fs, hv, name, strlen(name), &v[n].hash, &v[n].minor), dir);
 	if (ret)
 		goto out;
 	n++;
@@ -275,11 +276,11 @@ int htree_index_dir(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_in
 		goto out;
 	ret = fill_leaf(fs, leaf, v, mid);
 	if (!ret)
-		ret = rr_err_ino(ext2fs_write_dir_block4(fs, ex1.pblk, leaf, 0, dir), dir);
+		ret = rr_err_ino(rfs, ext2fs_write_dir_block4(fs, ex1.pblk, leaf, 0, dir), dir);
 	if (!ret)
 		ret = fill_leaf(fs, leaf, v + mid, n - mid);
 	if (!ret)
-		ret = rr_err_ino(ext2fs_write_dir_block4(fs, ex2.pblk, leaf, 0, dir), dir);
+		ret = rr_err_ino(rfs, ext2fs_write_dir_block4(fs, ex2.pblk, leaf, 0, dir), dir);
 	if (!ret)
 		ret = emap_tree_map(rfs, dir, &in, 1, ex1.pblk, 1, 0);
 	if (!ret)
@@ -288,11 +289,11 @@ int htree_index_dir(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_in
 		goto out;
 
 	fill_root(fs, root, dir, dotdot, split);
-	ret = rr_err_ino(ext2fs_write_dir_block4(fs, pblk0, root, 0, dir), dir);
+	ret = rr_err_ino(rfs, ext2fs_write_dir_block4(fs, pblk0, root, 0, dir), dir);
 	if (ret)
 		goto out;
 	in.i_flags |= EXT2_INDEX_FL;
-	ret = rr_err_ino(ext2fs_inode_size_set(fs, (struct ext2_inode *)&in, 3ULL * fs->blocksize), dir);
+	ret = rr_err_ino(rfs, ext2fs_inode_size_set(fs, (struct ext2_inode *)&in, 3ULL * fs->blocksize), dir);
 	if (!ret)
 		ret = inode_write(rfs, dir, &in);
 out:
@@ -363,43 +364,46 @@ static int dir_bufs(struct rr_fs *rfs, char **a, char **b)
 }
 
 /* Directory block pblk of dir (in: dir as on disk), its sum checked if verify. */
-static int leaf_read(ext2_filsys fs, ext2_ino_t dir, const struct ext2_inode_large *in, blk64_t pblk,
+static int leaf_read(struct rr_fs *rfs, ext2_ino_t dir, const struct ext2_inode_large *in, blk64_t pblk,
 		     char *buf, int verify)
 {
-	int ret = rr_err_ino(io_channel_read_blk64(fs->io, pblk, 1, buf), dir);
+	ext2_filsys fs = rfs->fs;
+	int ret = rr_err_ino(rfs, io_channel_read_blk64(fs->io, pblk, 1, buf), dir);
 
 	/* A leaf that fails the quick check gets libext2fs's verdict (a dx node always does). */
 	if (!ret && verify && leaf_summed(fs) && leaf_csum(fs, dir, in, buf, 0) != 1)
-		ret = rr_err_ino(ext2fs_read_dir_block4(fs, pblk, buf, 0, dir), dir);
+		ret = rr_err_ino(rfs, ext2fs_read_dir_block4(fs, pblk, buf, 0, dir), dir);
 	return ret;
 }
 
 /* A changed leaf back to pblk, its sum set: by libext2fs when the tail is not where rrfuse puts it. */
-static int leaf_write(ext2_filsys fs, ext2_ino_t dir, const struct ext2_inode_large *in, blk64_t pblk,
+static int leaf_write(struct rr_fs *rfs, ext2_ino_t dir, const struct ext2_inode_large *in, blk64_t pblk,
 		      char *buf)
 {
+	ext2_filsys fs = rfs->fs;
 	if (leaf_summed(fs) && leaf_csum(fs, dir, in, buf, 1) == 1)
-		return rr_err_ino(io_channel_write_blk64(fs->io, pblk, 1, buf), dir);
-	return rr_err_ino(ext2fs_write_dir_block4(fs, pblk, buf, 0, dir), dir);
+		return rr_err_ino(rfs, io_channel_write_blk64(fs->io, pblk, 1, buf), dir);
+	return rr_err_ino(rfs, ext2fs_write_dir_block4(fs, pblk, buf, 0, dir), dir);
 }
 
 /* A directory block by logical number.  Caller holds the fs lock. */
-static int read_lblk(ext2_filsys fs, ext2_ino_t dir, struct ext2_inode_large *in, blk64_t lblk,
+static int read_lblk(struct rr_fs *rfs, ext2_ino_t dir, struct ext2_inode_large *in, blk64_t lblk,
 		     char *buf, blk64_t *pblk, int verify)
 {
+	ext2_filsys fs = rfs->fs;
 	uint64_t b;
 	int ret = emap_root_bmap(in, lblk, &b);
 
 	if (!ret)
 		*pblk = b;
 	else
-		ret = rr_err_ino(ext2fs_bmap2(fs, dir, (struct ext2_inode *)in, NULL, 0, lblk, NULL, pblk),
+		ret = rr_err_ino(rfs, ext2fs_bmap2(fs, dir, (struct ext2_inode *)in, NULL, 0, lblk, NULL, pblk),
 				 dir);
 	if (ret)
 		return ret;
 	if (!*pblk)
 		return -EIO;
-	return leaf_read(fs, dir, in, *pblk, buf, verify);
+	return leaf_read(rfs, dir, in, *pblk, buf, verify);
 }
 
 /* Where leaf_find found a name: its entry's offset and the one before it (UINT_MAX: none). */
@@ -445,9 +449,10 @@ struct dx_pos {
  * its checksum verified if verify.  -EAGAIN: not indexed, or the index looks wrong (the caller falls back
  * to libext2fs, which says what is wrong).
  */
-static int descend(ext2_filsys fs, ext2_ino_t dir, struct ext2_inode_large *in, const char *name,
+static int descend(struct rr_fs *rfs, ext2_ino_t dir, struct ext2_inode_large *in, const char *name,
 		   size_t len, char *node, struct dx_pos *p, int verify)
 {
+	ext2_filsys fs = rfs->fs;
 	struct ext2_dx_root_info *info;
 	struct ext2_dx_countlimit *cl;
 	ext2_dirhash_t minor;
@@ -459,7 +464,7 @@ static int descend(ext2_filsys fs, ext2_ino_t dir, struct ext2_inode_large *in, 
 		return -EAGAIN;
 	nblocks = EXT2_I_SIZE(in) / fs->blocksize;
 	csum = ext2fs_has_feature_metadata_csum(fs->super) ? sizeof(struct ext2_dx_tail) : 0;
-	ret = read_lblk(fs, dir, in, 0, node, &pblk, verify);
+	ret = read_lblk(rfs, dir, in, 0, node, &pblk, verify);
 	if (ret)
 		return ret;
 	info = (struct ext2_dx_root_info *)(node + 24);
@@ -471,7 +476,7 @@ static int descend(ext2_filsys fs, ext2_ino_t dir, struct ext2_inode_large *in, 
 	hv = info->hash_version;
 	if (hv <= EXT2_HASH_TEA && (fs->super->s_flags & EXT2_FLAGS_UNSIGNED_HASH))
 		hv += 3;
-	ret = rr_err_ino(htree_name_hash(fs, hv, name, len, &p->hash, &minor), dir);
+	ret = rr_err_ino(rfs, htree_name_hash(fs, hv, name, len, &p->hash, &minor), dir);
 	if (ret)
 		return ret;
 	cl = (struct ext2_dx_countlimit *)(node + 24 + info->info_length);
@@ -499,7 +504,7 @@ static int descend(ext2_filsys fs, ext2_ino_t dir, struct ext2_inode_large *in, 
 			return -EAGAIN;
 		if (level + 1 == p->levels)
 			return 0;
-		ret = read_lblk(fs, dir, in, p->child, node, &pblk, verify);
+		ret = read_lblk(rfs, dir, in, p->child, node, &pblk, verify);
 		if (ret)
 			return ret;
 		cl = (struct ext2_dx_countlimit *)(node + 8);
@@ -537,18 +542,18 @@ int htree_find(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t *
 		return ret;
 	if (one_block_linear(fs, &in)) {
 		/* A damaged block is left to libext2fs's scan, which names the damage. */
-		ret = read_lblk(fs, dir, &in, 0, lbuf, &pblk, 1);
+		ret = read_lblk(rfs, dir, &in, 0, lbuf, &pblk, 1);
 		ret = ret ? -EAGAIN : leaf_find(fs, lbuf, name, len, ino, NULL);
 		if (ret > 0)
 			*leaf = pblk;
 		return ret > 0 ? 0 : ret < 0 ? -EAGAIN : -ENOENT;
 	}
-	ret = descend(fs, dir, &in, name, len, node, &p, 0);
+	ret = descend(rfs, dir, &in, name, len, node, &p, 0);
 	if (ret)
 		return ret;
 	/* Leaf level: ent[i] in node is the leaf; the hash may continue in ent[i + 1]. */
 	for (;;) {
-		ret = read_lblk(fs, dir, &in, p.child, lbuf, &pblk, 1);
+		ret = read_lblk(rfs, dir, &in, p.child, lbuf, &pblk, 1);
 		if (!ret)
 			ret = leaf_find(fs, lbuf, name, len, ino, NULL);
 		if (ret > 0)
@@ -643,20 +648,20 @@ int htree_add(struct rr_fs *rfs, ext2_ino_t dir, const char *name, ext2_ino_t in
 	ret = dir_bufs(rfs, &node, &buf);
 	if (!ret && !one_block_linear(fs, &in)) {
 		/* Index blocks verified, as dx_lookup reads them. */
-		ret = descend(fs, dir, &in, name, len, node, &p, 1);
+		ret = descend(rfs, dir, &in, name, len, node, &p, 1);
 		/* The hashes dx_lookup takes; it refuses a directory with any other. */
 		if (!ret && p.hash_version != EXT2_HASH_LEGACY &&
 		    p.hash_version != EXT2_HASH_HALF_MD4 && p.hash_version != EXT2_HASH_TEA)
 			ret = -EAGAIN;
 	}
 	if (!ret)
-		ret = read_lblk(fs, dir, &in, p.child, buf, &pblk, 1);
+		ret = read_lblk(rfs, dir, &in, p.child, buf, &pblk, 1);
 	if (ret)
 		return ret;
 	/* No room: libext2fs splits the leaf (or the caller indexes the block). */
 	if (block_link(fs, buf, name, len, ino, ftype) <= 0)
 		return -EAGAIN;
-	return leaf_write(fs, dir, &in, pblk, buf);
+	return leaf_write(rfs, dir, &in, pblk, buf);
 }
 
 /*
@@ -676,7 +681,7 @@ int htree_remove_in_block(struct rr_fs *rfs, ext2_ino_t dir, blk64_t pblk, const
 	if (!ret)
 		ret = dir_bufs(rfs, &buf, &spare);
 	if (!ret)
-		ret = leaf_read(fs, dir, &in, pblk, buf, 1);
+		ret = leaf_read(rfs, dir, &in, pblk, buf, 1);
 	if (!ret)
 		ret = leaf_find(fs, buf, name, strlen(name), &found, &hit);
 	if (ret <= 0)
@@ -685,8 +690,8 @@ int htree_remove_in_block(struct rr_fs *rfs, ext2_ino_t dir, blk64_t pblk, const
 	entry_rec(fs, buf, hit.off, &rec);
 	if (hit.prev == UINT_MAX)
 		((struct ext2_dir_entry *)(buf + hit.off))->inode = 0;
-	else if ((ret = rr_err_ino(ext2fs_set_rec_len(fs, hit.off - hit.prev + rec,
+	else if ((ret = rr_err_ino(rfs, ext2fs_set_rec_len(fs, hit.off - hit.prev + rec,
 						      (struct ext2_dir_entry *)(buf + hit.prev)), dir)))
 		return ret;
-	return leaf_write(fs, dir, &in, pblk, buf);
+	return leaf_write(rfs, dir, &in, pblk, buf);
 }

@@ -25,7 +25,7 @@ int symlink_set_target(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode_larg
 	if (ext2fs_has_feature_extents(rfs->fs->super)) {
 		ext2_extent_handle_t h;
 
-		ret = rr_err_ino(ext2fs_extent_open2(rfs->fs, ino, (struct ext2_inode *)in, &h), ino);
+		ret = rr_err_ino(rfs, ext2fs_extent_open2(rfs->fs, ino, (struct ext2_inode *)in, &h), ino);
 		if (!ret)
 			ext2fs_extent_free(h);
 	}

@@ -38,7 +38,7 @@ static int xopen(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_xattr_handle **h
 		if (err)
 			ext2fs_xattrs_close(h);
 	}
-	return rr_err_ino(err, ino);
+	return rr_err_ino(rfs, err, ino);
 }
 
 int xattr_get_locked(struct rr_fs *rfs, ext2_ino_t ino, const char *name, void **val, size_t *len)
@@ -53,7 +53,7 @@ int xattr_get_locked(struct rr_fs *rfs, ext2_ino_t ino, const char *name, void *
 	if (!ret) {
 		errcode_t err = ext2fs_xattr_get(h, name, &v, len);
 
-		ret = err == EXT2_ET_EA_KEY_NOT_FOUND ? -ENODATA : rr_err_ino(err, ino);
+		ret = err == EXT2_ET_EA_KEY_NOT_FOUND ? -ENODATA : rr_err_ino(rfs, err, ino);
 		ext2fs_xattrs_close(&h);
 	}
 	if (ret)
@@ -161,7 +161,7 @@ int xattr_list(struct rr_fs *rfs, ext2_ino_t ino, int privileged, char **names, 
 	rr_fs_lock(rfs);
 	ret = xopen(rfs, ino, &h);
 	if (!ret) {
-		ret = rr_err_ino(ext2fs_xattrs_iterate(h, list_cb, &c), ino);
+		ret = rr_err_ino(rfs, ext2fs_xattrs_iterate(h, list_cb, &c), ino);
 		ext2fs_xattrs_close(&h);
 	}
 	rr_fs_end_op(rfs);
@@ -193,11 +193,11 @@ static int drop_empty_block(struct rr_fs *rfs, ext2_ino_t ino, struct ext2_inode
 	buf = malloc(fs->blocksize);
 	if (!buf)
 		return -ENOMEM;
-	ret = rr_err_ino(ext2fs_read_ext_attr3(fs, blk, buf, ino), ino);
+	ret = rr_err_ino(rfs, ext2fs_read_ext_attr3(fs, blk, buf, ino), ino);
 	if (!ret) {
 		memcpy(&first, buf + sizeof(struct ext2_ext_attr_header), sizeof(first));
 		if (first == 0) {
-			ret = rr_err_ino(ext2fs_adjust_ea_refcount3(fs, blk, buf, -1, &count, ino), ino);
+			ret = rr_err_ino(rfs, ext2fs_adjust_ea_refcount3(fs, blk, buf, -1, &count, ino), ino);
 			if (!ret) {
 				if (count == 0)
 					ext2fs_block_alloc_stats2(fs, blk, -1);
@@ -246,15 +246,15 @@ static int set_raw(struct rr_fs *rfs, ext2_ino_t ino, const char *name, const vo
 	if (!err)
 		ext2fs_free_mem(&old);
 	if (err && err != EXT2_ET_EA_KEY_NOT_FOUND)
-		ret = rr_err_ino(err, ino);
+		ret = rr_err_ino(rfs, err, ino);
 	else if ((flags & XATTR_CREATE) && !err)
 		ret = -EEXIST;
 	else if ((flags & XATTR_REPLACE) && err)
 		ret = -ENODATA;
 	else if (val)
-		ret = rr_err_ino(ext2fs_xattr_set(h, name, val, len), ino);
+		ret = rr_err_ino(rfs, ext2fs_xattr_set(h, name, val, len), ino);
 	else if (!err)
-		ret = rr_err_ino(ext2fs_xattr_remove(h, name), ino);
+		ret = rr_err_ino(rfs, ext2fs_xattr_remove(h, name), ino);
 	ext2fs_xattrs_close(&h);
 	/* Any attribute change invalidates what xattr_get() remembers. */
 	rr_ixattr_changed(rfs, ino);

@@ -19,6 +19,7 @@
 #include "rrfs.h"
 #include "data.h"
 #include "dir.h"
+#include "cache.h"
 
 static int caller_gid(const struct rr_cred *cr, gid_t gid)
 {
@@ -32,7 +33,8 @@ static char image[32];
 /* A fresh image, open as rrfuse opens it, its root in memory as the kernel's mount holds it. */
 static struct rr_fs *open_fs(void)
 {
-	struct rr_opts opts = { .commit_secs = 0, .writeback = 1, .delalloc = 1, .journal = 1 };
+	struct rr_opts opts = { .commit_secs = 0, .writeback = 1, .delalloc = 1, .journal = 1,
+				.cache_mb = IO_CACHE_MB_DEFAULT };
 	struct rr_fs *rfs = calloc(1, sizeof(*rfs));
 	ext2_filsys fs = unit_image(image, "64M", "");
 	char msg[256] = "";

@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 
 #include "cache.h"
+#include "layer.h"
 #include "record.h"
 
 struct js_mark {
@@ -459,6 +460,33 @@ START_TEST(journal_write_fails)
 }
 END_TEST
 
+/* Settings come as ext2fs_open2's io_options: the layer that owns one takes it, the device refuses the rest. */
+START_TEST(settings_as_io_options)
+{
+	static const char *const bad[] = { "cache_mb=x", "cache_mb=", "nosuch=1", "trace=0" };
+	struct io_cache_stats st;
+	char path[64];
+	ext2_filsys fs = jt_image(path, JT_MKFS);
+	size_t i;
+
+	ck_assert_int_eq(ext2fs_close_free(&fs), 0);
+	/* Switched off: the calls that name a cache find none, and the channel under it is the device. */
+	ck_assert_int_eq(ext2fs_open2(path, "cache_mb=0", EXT2_FLAG_RW | EXT2_FLAG_64BITS, 0, 0, io_stack_top(), &fs), 0);
+	ck_assert_int_eq(io_cache_stats(fs->io, &st), -1);
+	ck_assert_ptr_eq(io_cache_lower(fs->io), io_bottom(fs->io));
+	ck_assert_int_eq(ext2fs_read_bitmaps(fs), 0);
+	ck_assert_int_eq(ext2fs_close_free(&fs), 0);
+	/* A bound of its own, in blocks of the image's size. */
+	ck_assert_int_eq(ext2fs_open2(path, "cache_mb=4", EXT2_FLAG_RW | EXT2_FLAG_64BITS, 0, 0, io_stack_top(), &fs), 0);
+	ck_assert_int_eq(io_cache_stats(fs->io, &st), 0);
+	ck_assert_uint_eq(st.max, (4u << 20) / fs->blocksize);
+	ck_assert_int_eq(ext2fs_close_free(&fs), 0);
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		ck_assert_int_eq(ext2fs_open2(path, bad[i], EXT2_FLAG_64BITS, 0, 0, io_stack_top(), &fs),
+				 EXT2_ET_INVALID_ARGUMENT);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("jstack");
@@ -469,6 +497,7 @@ int main(void)
 	tcase_add_test(tc, cache_writeback_rules);
 	tcase_add_test(tc, crash_states);
 	tcase_add_test(tc, journal_write_fails);
+	tcase_add_test(tc, settings_as_io_options);
 	suite_add_tcase(s, tc);
 	return unit_run(s);
 }
