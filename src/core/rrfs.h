@@ -304,6 +304,7 @@ struct rr_fs {
 		pthread_mutex_t lock;
 		ext2_ino_t *inos;
 		size_t n, cap;
+		size_t taken;			/* off the list in a write-back under way (under lock) */
 		atomic_uint_fast64_t blocks;	/* held by all inodes */
 		atomic_uint_fast64_t peak;	/* the most blocks held at once since the mount */
 		pthread_mutex_t writeback;	/* one data_flush_all at a time; see the lock order */

@@ -728,6 +728,14 @@ struct wb_file {
 	int closed;
 };
 
+/* n files a write-back took off the list are done with it (rrctl -s counts them till then). */
+static void wb_taken_done(struct rr_fs *rfs, size_t n)
+{
+	pthread_mutex_lock(&rfs->delayed.lock);
+	rfs->delayed.taken -= n;
+	pthread_mutex_unlock(&rfs->delayed.lock);
+}
+
 /* One turn of wb's write-back: 1 if it goes on, else it is unpinned (and listed again on failure). */
 static int wb_turn(struct rr_fs *rfs, struct wb_file *wb, uint64_t turn, int *ret)
 {
@@ -746,6 +754,7 @@ static int wb_turn(struct rr_fs *rfs, struct wb_file *wb, uint64_t turn, int *re
 	 */
 	if (r || atomic_load(&wb->ri->dbuf.blocks))
 		delay_list(rfs, wb->ri->ino);
+	wb_taken_done(rfs, 1);
 	rr_iunpin(rfs, wb->ri);
 	return 0;
 }
@@ -773,13 +782,16 @@ static int flush_all_locked(struct rr_fs *rfs, enum rr_flush how)
 	n = rfs->delayed.n;
 	rfs->delayed.inos = NULL;
 	rfs->delayed.n = rfs->delayed.cap = 0;
+	rfs->delayed.taken = n;
 	pthread_mutex_unlock(&rfs->delayed.lock);
 	wb = calloc(n ? n : 1, sizeof(*wb));
 	for (i = 0; i < n; i++) {
 		struct wb_file f = { .ri = rr_ipin(rfs, inos[i]), .end = UINT64_MAX };
 
-		if (!f.ri)
+		if (!f.ri) {
+			wb_taken_done(rfs, 1);
 			continue;
+		}
 		if (due_only && holding(rfs) && atomic_load(&f.ri->dbuf.blocks) && !due(rfs, f.ri, now)) {
 			inos[kept++] = inos[i];
 			rr_iunpin(rfs, f.ri);
@@ -808,6 +820,7 @@ static int flush_all_locked(struct rr_fs *rfs, enum rr_flush how)
 		delay_relist(rfs, inos, kept);
 	else
 		free(inos);
+	wb_taken_done(rfs, kept);
 	return ret;
 }
 
@@ -874,7 +887,7 @@ void data_stats(struct rr_fs *rfs, uint64_t *blocks, uint64_t *files, uint64_t *
 	*blocks = atomic_load(&rfs->delayed.blocks);
 	*peak = atomic_load(&rfs->delayed.peak);
 	pthread_mutex_lock(&rfs->delayed.lock);
-	*files = rfs->delayed.n;
+	*files = rfs->delayed.n + rfs->delayed.taken;
 	pthread_mutex_unlock(&rfs->delayed.lock);
 	*background = rr_hold_limits()->background_bytes;
 	*limit = 2 * *background;
