@@ -402,7 +402,11 @@ class Mount:
             time.sleep(0.02)
         self._conn = ent[0]
         self.mounted = True
-        os.stat(self.mnt)          # the first request must be answered
+        try:
+            os.stat(self.mnt)      # the first request must be answered
+        except OSError:
+            self.cleanup()         # a mount that cannot answer is not left behind
+            raise
         return self
 
     def _kill(self):

@@ -52,9 +52,6 @@ def mount(image, opts=QUIET, crash=None):
         os.environ[CRASH_ENV] = crash
     try:
         m.mount()
-    except BaseException:
-        m.cleanup()
-        raise
     finally:
         os.environ.pop(CRASH_ENV, None)
         if old is not None:
