@@ -34,8 +34,15 @@
 struct io_dev {
 	struct io_layer layer;	/* first: the stack's view (nothing below, nothing to do with data) */
 	int fd;
-	int dfd;		/* O_DIRECT descriptor for the data path, or -1 */
+	/*
+	 * A second descriptor, O_DIRECT, or -1 (read-only, or a file system
+	 * with no O_DIRECT).  Under -o direct (direct) every data transfer it
+	 * can take goes through it; otherwise only big writes from aligned
+	 * memory (direct_as_is).
+	 */
+	int dfd;
 	unsigned int dalign;	/* its offset, length and memory alignment */
+	int direct;		/* the data path bypasses the page cache (io_set_direct) */
 	int bdev;		/* a block device */
 	/*
 	 * A block device opened without IO_FLAG_EXCLUSIVE: the kernel claims
@@ -407,6 +414,25 @@ static void wb_start(struct io_dev *priv)
 	sync_file_range(priv->fd, 0, 0, SYNC_FILE_RANGE_WRITE);
 }
 
+/*
+ * The O_DIRECT descriptor: a second open of the same file (the exclusive
+ * hold and the lock stay on fd).  0 or -errno.
+ */
+static int open_direct(struct io_dev *priv)
+{
+	int sector = 0;
+
+	if (priv->dfd >= 0)
+		return 0;
+	priv->dfd = open(priv->name, (fcntl(priv->fd, F_GETFL) & O_ACCMODE) | O_DIRECT | O_CLOEXEC);
+	if (priv->dfd < 0)
+		return -errno;
+	/* Devices: their logical sector; files: a page covers every file system's need. */
+	priv->dalign = priv->bdev && ioctl(priv->fd, BLKSSZGET, &sector) == 0 && sector > 0 ?
+		       (unsigned int)sector : 4096;
+	return 0;
+}
+
 static errcode_t rr_io_open(const char *name, int flags, io_channel *channel)
 {
 	struct io_dev *priv = NULL;
@@ -486,6 +512,8 @@ static errcode_t rr_io_open(const char *name, int flags, io_channel *channel)
 		ch->flags |= CHANNEL_FLAGS_BLOCK_DEVICE;
 	ch->private_data = priv;
 	priv->name = ch->name;
+	if (oflags & O_RDWR)
+		open_direct(priv);
 	*channel = ch;
 	return 0;
 }
@@ -679,23 +707,19 @@ static errcode_t rr_io_discard(io_channel ch, unsigned long long block, unsigned
 int io_set_direct(io_channel ch, int mode, char *msg, size_t msglen)
 {
 	struct io_dev *priv = dev_of(ch);
-	int bdev = priv->bdev, flags, sector = 0;
+	int ret;
 
 	if (mode < 0)
-		mode = bdev;	/* auto: devices only */
+		mode = priv->bdev;	/* auto: devices only */
 	if (!mode)
 		return 0;
 	pend_out(priv, 0, 0);
-	flags = fcntl(priv->fd, F_GETFL);
-	/* A second open of the same file: the exclusive hold and the lock stay on fd. */
-	priv->dfd = open(priv->name, (flags & O_ACCMODE) | O_DIRECT | O_CLOEXEC);
-	if (priv->dfd < 0) {
-		snprintf(msg, msglen, "%s: cannot open with O_DIRECT: %s", priv->name, strerror(errno));
-		return -errno;
+	ret = open_direct(priv);
+	if (ret) {
+		snprintf(msg, msglen, "%s: cannot open with O_DIRECT: %s", priv->name, strerror(-ret));
+		return ret;
 	}
-	/* Devices: their logical sector; files: a page covers every file system's need. */
-	priv->dalign = bdev && ioctl(priv->fd, BLKSSZGET, &sector) == 0 && sector > 0 ?
-		       (unsigned int)sector : 4096;
+	priv->direct = 1;
 	return 0;
 }
 
@@ -725,7 +749,38 @@ static void *bounce_buf(void)
 
 static int aligned(const struct io_dev *priv, uint64_t off, size_t len)
 {
-	return priv->dfd >= 0 && !(off % priv->dalign) && !(len % priv->dalign);
+	return priv->direct && !(off % priv->dalign) && !(len % priv->dalign);
+}
+
+/*
+ * Outside -o direct, a write this long from aligned memory goes through
+ * the O_DIRECT descriptor (direct_as_is).
+ */
+#define DIRECT_AS_IS_MIN (1u << 20)
+#define AS_IS_IOVS 8
+
+/*
+ * A write the O_DIRECT descriptor takes as it is, without a bounce: aligned
+ * memory to an aligned place; outside -o direct only DIRECT_AS_IS_MIN or
+ * longer, which in practice is held data's write-back (src/data: its
+ * buffers are page aligned; libfuse's are not).  The image's page cache
+ * would only hold a second copy of it for the flush that follows to wait
+ * on: sixteen files synced at once (W3) wrote at 0.78x of 5303c2a's
+ * default through the cache, 0.90x this way.  Shorter ones keep to the
+ * write-behind run, which lays small files end to end in one write.
+ */
+static int direct_as_is(const struct io_dev *priv, const struct iovec *iov, int iovcnt, uint64_t off,
+			size_t len)
+{
+	int i;
+
+	if (priv->dfd < 0 || iovcnt > AS_IS_IOVS || off % priv->dalign ||
+	    (!priv->direct && len < DIRECT_AS_IS_MIN))
+		return 0;
+	for (i = 0; i < iovcnt; i++)
+		if (((uintptr_t)iov[i].iov_base | iov[i].iov_len) % priv->dalign)
+			return 0;
+	return 1;
 }
 
 int io_data_read(io_channel ch, void *buf, size_t len, uint64_t off)
@@ -764,7 +819,7 @@ int io_data_read_fd(io_channel ch, uint64_t off, size_t len, int *fd)
 	struct io_dev *priv = dev_of(ch);
 	int ret;
 
-	if (priv->dfd >= 0)
+	if (priv->direct)
 		return -EOPNOTSUPP;	/* the data path bypasses the page cache: no pages to splice */
 	ret = io_layers_data(ch, 0, off, len, NULL, 0);
 	if (ret)
@@ -791,7 +846,18 @@ int io_data_writev(io_channel ch, struct iovec *iov, int iovcnt, uint64_t off)
 		return ret;
 	trace_io(priv->trace, TRACE_DATA, TRACE_WRITE, off, len);
 	tally(&priv->data_writes);
-	if (priv->dfd < 0) {
+	if (direct_as_is(priv, iov, iovcnt, off, len)) {
+		struct iovec mine[AS_IS_IOVS];	/* io_pwritev_all moves through them */
+
+		memcpy(mine, iov, (size_t)iovcnt * sizeof(*iov));
+		pend_out(priv, off, len);
+		tally(&priv->data_runs);
+		ret = io_pwritev_all(priv->dfd, mine, iovcnt, off);
+		/* A file system that opens O_DIRECT but refuses this alignment: through the cache. */
+		if (ret != -EINVAL)
+			return ret;
+	}
+	if (!priv->direct) {
 		ret = pend_write(priv, iov, iovcnt, off, len);
 		if (!data_direct)
 			wb_start(priv);

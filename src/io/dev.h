@@ -40,6 +40,8 @@ int io_dev_rotational(const char *path);
  * through an O_DIRECT descriptor, so file data is not cached a second time
  * in the device's page cache under the kernel's FUSE cache, and reaches
  * the device when written; anything else takes the buffered descriptor.
+ * With it off, a write of a MiB or more from aligned memory (held data's
+ * write-back) still goes O_DIRECT, where the device's file system allows.
  * The kernel keeps the two coherent (a direct transfer writes back and
  * drops cached pages of its range first).  Thread-safe.
  */

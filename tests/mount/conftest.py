@@ -1030,6 +1030,24 @@ def device_io(m):
                        r"data writes|flushes|spliced|runs|writebacks started early)", line[0])}
 
 
+def image_cachestat(image):
+    """The image file's page cache, in bytes: cachestat(2) (Linux 6.5, the
+    x86_64 number), on a descriptor of the image: cached, dirty, writeback."""
+    import ctypes
+    if os.uname().machine != "x86_64":
+        pytest.skip("cachestat's system call number is x86_64's here")
+    libc = ctypes.CDLL(None, use_errno=True)
+    rng = (ctypes.c_uint64 * 2)(0, 0)       # offset 0, length 0: the whole file
+    st = (ctypes.c_uint64 * 5)()            # cache, dirty, writeback, evicted, recently evicted
+    fd = os.open(image, os.O_RDONLY)
+    try:
+        if libc.syscall(451, fd, rng, st, 0) != 0:    # __NR_cachestat on x86_64
+            pytest.skip("no cachestat(2): %s" % os.strerror(ctypes.get_errno()))
+    finally:
+        os.close(fd)
+    return [n * os.sysconf("SC_PAGE_SIZE") for n in st[:3]]
+
+
 def commit(m, path=None):
     """An fsync of the root directory (or of path): rrfuse commits all
     metadata (syncfs does not reach a /dev/fuse server: the kernel sends
