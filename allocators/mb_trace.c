@@ -70,6 +70,20 @@ static const char *const cr_names[MB_NUM_CRS] = {
 	"CR_POWER2_ALIGNED", "CR_GOAL_LEN_FAST", "CR_BEST_AVAIL_LEN", "CR_GOAL_LEN_SLOW", "CR_ANY_FREE",
 };
 
+/*
+ * The kernel's ac_criteria as its trace prints it: a request its goal
+ * served shows the criterion the search would have started from (a
+ * power-of-two length's buddy order, else the goal length's fast scan),
+ * as the kernel sets it before it tries the goal; rrfuse's search had
+ * asked about none (MB_NUM_CRS).
+ */
+static const char *cr_name(const struct mb_ac *ac)
+{
+	if (ac->cr < MB_NUM_CRS)
+		return cr_names[ac->cr];
+	return cr_names[ac->two_order ? CR_POWER2_ALIGNED : CR_GOAL_LEN_FAST];
+}
+
 /* "task-pid " of this thread's lines, made once: a thread keeps its name and id. */
 static _Thread_local char tl_task[40];
 
@@ -214,7 +228,7 @@ void mb_trace_alloc(struct rr_alloc *a, const struct rr_alloc_req *req, const st
 	     (unsigned long)ac->ino, ac->o_ex.group, (int)ac->o_ex.start, ac->o_ex.len, (uint32_t)ac->o_ex.logical,
 	     ac->g_ex.group, (int)ac->g_ex.start, ac->g_ex.len, (uint32_t)ac->g_ex.logical, r.group,
 	     (int)r.start, r.len, (uint32_t)r.logical, ac->found, ac->groups_scanned,
-	     ac->cr < MB_NUM_CRS ? cr_names[ac->cr] : "CR_ANY_FREE", flags);
+	     cr_name(ac), flags);
 }
 
 void mb_trace_prealloc(struct rr_alloc *a, const struct rr_alloc_req *req, uint32_t len,

@@ -189,14 +189,17 @@ def _same(a, b, what):
     return pa[what] == pb[what]
 
 
+def _how(e):
+    return "prealloc" if e["ans"]["event"] == "ext4_mballoc_prealloc" else e["ans"]["cr"]
+
+
 def describe(e):
     """One request and where it went: ino 12 lblk 0 len 16 -> 1/2048+16 (prealloc)."""
     r, p = e["req"], e["placed"]
     head = "ino %d lblk %d len %d goal %d" % (r["ino"], r["lblk"], r["len"], r["goal"])
     if p is None:
         return head + " -> (no answer)"
-    how = "prealloc" if e["ans"]["event"] == "ext4_mballoc_prealloc" else e["ans"]["cr"]
-    return head + " -> %d/%d+%d (%s)" % (p["group"], p["start"], p["len"], how)
+    return head + " -> %d/%d+%d (%s)" % (p["group"], p["start"], p["len"], _how(e))
 
 
 def compare(kernel_recs, rrfuse_recs, context=2):
@@ -213,6 +216,11 @@ def compare(kernel_recs, rrfuse_recs, context=2):
         same = sum(_same(a, b, what) for a, b in pairs)
         res["same_" + what] = same
         res["same_%s_pct" % what] = round(100.0 * same / n, 1) if n else None
+    # Of the requests placed alike, those answered alike too: by the same event (a search,
+    # or a preallocation's use), a search by the same criterion, as its trace names it.
+    alike = [(a, b) for a, b in pairs if _same(a, b, "start") and a["placed"]]
+    res["same_how"] = sum(_how(a) == _how(b) for a, b in alike)
+    res["same_how_pct"] = round(100.0 * res["same_how"] / len(alike), 1) if alike else None
     # The places chosen, whoever got each: where concurrency serves two files' requests in
     # another order than on the kernel, each file takes the place the other took there.
     left = collections.Counter(_place(a) for a, _ in pairs if a["placed"])
