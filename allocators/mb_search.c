@@ -61,6 +61,11 @@ unsigned int rrp_search_order(const struct rrp_search *s)
 	return AC(s)->two_order;
 }
 
+int rrp_search_first_cr(const struct rrp_search *s)
+{
+	return (int)mb_first_cr(AC(s));
+}
+
 int rrp_search_at_goal(struct rrp_search *s)
 {
 	return mb_find_by_goal(tl_engine, AC(s));

@@ -72,16 +72,13 @@ static const char *const cr_names[MB_NUM_CRS] = {
 
 /*
  * The kernel's ac_criteria as its trace prints it: a request its goal
- * served shows the criterion the search would have started from (a
- * power-of-two length's buddy order, else the goal length's fast scan),
- * as the kernel sets it before it tries the goal; rrfuse's search had
- * asked about none (MB_NUM_CRS).
+ * served shows the criterion the search would have started from, set
+ * before the goal is tried; rrfuse's search had asked about none
+ * (MB_NUM_CRS).
  */
 static const char *cr_name(const struct mb_ac *ac)
 {
-	if (ac->cr < MB_NUM_CRS)
-		return cr_names[ac->cr];
-	return cr_names[ac->two_order ? CR_POWER2_ALIGNED : CR_GOAL_LEN_FAST];
+	return cr_names[ac->cr < MB_NUM_CRS ? ac->cr : mb_first_cr(ac)];
 }
 
 /* "task-pid " of this thread's lines, made once: a thread keeps its name and id. */

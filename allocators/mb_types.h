@@ -133,6 +133,17 @@ struct mb_ac {
 	int refused;			/* grab_locked's -EPERM: why (enum mb_refusal) */
 };
 
+/*
+ * The criterion a search starts from (kernel: ext4_mb_regular_allocator):
+ * a power-of-two length worth aligning looks for its buddy order first,
+ * any other for the goal length.  The kernel's trace names a request its
+ * goal served by this one too.
+ */
+static inline enum mb_cr mb_first_cr(const struct mb_ac *ac)
+{
+	return ac->two_order ? CR_POWER2_ALIGNED : CR_GOAL_LEN_FAST;
+}
+
 struct rrp_policy;
 
 /* A policy as the engine runs it (allocators/policies.h says which are which). */

@@ -200,7 +200,7 @@ static int regular_choose(struct rrp_engine *e, void *priv, const struct rrp_req
 	}
 	/* A search: have the groups ahead loaded, so the lists know them. */
 	rrp_prefetch(e, c.group);
-	for (cr = c.two_order ? RRP_CR_POWER2_ALIGNED : RRP_CR_GOAL_LEN_FAST;
+	for (cr = rrp_search_first_cr(c.s);
 	     cr < RRP_NUM_CRS && !rrp_search_done(c.s); cr++) {
 		int done;
 

@@ -199,6 +199,8 @@ void rrp_search_goal(struct rrp_search *s, uint64_t goal, uint32_t len);
  * blocks or more, order at most rrp_max_order); 0: skip that criterion.
  */
 unsigned int rrp_search_order(const struct rrp_search *s);
+/* The criterion to start from: RRP_CR_POWER2_ALIGNED when rrp_search_order is nonzero, else RRP_CR_GOAL_LEN_FAST. */
+int rrp_search_first_cr(const struct rrp_search *s);
 /* The goal block itself for the whole length (kernel: find_by_goal): nonzero when found; the search is then done. */
 int rrp_search_at_goal(struct rrp_search *s);
 /* Is group g worth a scan at criterion cr?  The goal group's scan starts at the goal and wraps. */

@@ -168,6 +168,7 @@ static int probe_choose(struct rrp_engine *e, void *priv, const struct rrp_reque
 	s = rrp_search_begin(e, x.start, 64);
 	ck_assert_ptr_nonnull(s);
 	ck_assert_uint_eq(rrp_search_order(s), 6);
+	ck_assert_int_eq(rrp_search_first_cr(s), RRP_CR_POWER2_ALIGNED);
 	ck_assert_int_ne(rrp_search_at_goal(s), 0);
 	ck_assert_int_ne(rrp_search_done(s), 0);
 	ck_assert_int_eq(rrp_search_result(s, out), 0);
