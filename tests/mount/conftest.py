@@ -329,9 +329,12 @@ class MountError(Exception):
 class Mount:
     """An image mounted either by rrfuse (default) or by the kernel."""
 
-    def __init__(self, image, opts="", mnt=None, kernel=None):
+    def __init__(self, image, opts="", mnt=None, kernel=None, cpus=None):
         self.image = image
         self.opts = opts or ""
+        # The CPUs the daemon's threads may run on (None: any), for what per-CPU
+        # state decides (rralloc's cursors, the locality groups).
+        self.cpus = cpus
         self.kernel = KERNEL if kernel is None else kernel
         if mnt is None:
             mnt = os.path.join(os.path.dirname(image), "mnt")
@@ -383,8 +386,9 @@ class Mount:
         if opts:
             cmd += ["-o", opts]
         self._logf = open(self.logpath, "ab")
+        pin = None if self.cpus is None else (lambda: os.sched_setaffinity(0, self.cpus))
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
-                                     stdout=self._logf, stderr=self._logf)
+                                     stdout=self._logf, stderr=self._logf, preexec_fn=pin)
         deadline = time.monotonic() + MOUNT_TIMEOUT
         while True:
             ent = _mountinfo_entry(self.mnt)
@@ -752,10 +756,10 @@ def kill_daemon(m):
         time.sleep(0.05)
 
 
-def run_mounted(image, workload, opts="", kernel=False):
+def run_mounted(image, workload, opts="", kernel=False, cpus=None):
     """Mount, run workload(mnt), unmount (daemon exit 0), e2fsck -fn clean;
     returns what workload returned."""
-    m = Mount(image, opts=opts, kernel=kernel)
+    m = Mount(image, opts=opts, kernel=kernel, cpus=cpus)
     m.mount()
     try:
         ret = workload(m.mnt)
