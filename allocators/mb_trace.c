@@ -271,6 +271,19 @@ void mb_trace_free(struct rr_alloc *a, uint64_t blk, uint64_t len)
 	pthread_mutex_unlock(&tr->lock);
 }
 
+void mb_trace_commit(struct rr_alloc *a, int end)
+{
+	unsigned int tid;
+
+	pthread_mutex_lock(&a->trace.lock);
+	tid = end ? a->trace.commits : ++a->trace.commits;
+	pthread_mutex_unlock(&a->trace.lock);
+	if (end)
+		emit(a, "jbd2_end_commit", "transaction %u sync 0 head %u", tid, tid);
+	else
+		emit(a, "jbd2_start_commit", "transaction %u sync 0", tid);
+}
+
 /* Close f, saying so if a line was lost: 0 or -errno. */
 static int close_trace_file(FILE *f, const char *name)
 {

@@ -18,6 +18,11 @@ void mb_trace_prealloc(struct rr_alloc *a, const struct rr_alloc_req *req, uint3
 void mb_trace_free(struct rr_alloc *a, uint64_t blk, uint64_t len);
 /* ext4_discard_preallocations: the inode's preallocations dropped (gone: their list, by inext). */
 void mb_trace_discard(struct rr_alloc *a, ext2_ino_t ino, const struct mb_pa *gone);
+/*
+ * jbd2_start_commit / jbd2_end_commit (end nonzero): what was freed before a
+ * commit begins is free once it ends, as a replay of the trace must know.
+ */
+void mb_trace_commit(struct rr_alloc *a, int end);
 void mb_trace_flush(struct rr_alloc *a);
 
 #endif

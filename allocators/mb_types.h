@@ -222,6 +222,7 @@ struct mb_trace {
 	/* A free not written yet, which the next free may extend: its blocks and its line's head. */
 	uint64_t free_blk, free_len;
 	char free_head[96];
+	unsigned int commits;	/* the commits begun (their jbd2 lines' transaction numbers) */
 };
 
 /*

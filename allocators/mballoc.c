@@ -1984,6 +1984,8 @@ void rr_alloc_commit_begin(struct rr_alloc *a)
 {
 	size_t i;
 
+	if (MB_TRACING(a))
+		mb_trace_commit(a, 0);
 	if (!a->frozen.n)
 		return;
 	/* A failed commit's blocks are still waiting: they go with this one. */
@@ -2004,8 +2006,10 @@ void rr_alloc_commit_end(struct rr_alloc *a)
 		atomic_fetch_sub(&f->blocks, e.len);
 		free_range(a, e.pblk, e.len, 1);
 	}
-	if (MB_TRACING(a))
+	if (MB_TRACING(a)) {
+		mb_trace_commit(a, 1);
 		mb_trace_flush(a);
+	}
 }
 
 void rr_alloc_committing_each(struct rr_alloc *a, void (*fn)(void *arg, uint64_t blk, uint64_t len),

@@ -24,9 +24,20 @@
  * answered longer gives the excess back, so that both sides hold the same
  * logical blocks afterwards.  ext4_discard_preallocations drops the
  * file's preallocations, as at its last close (enable that event too when
- * capturing the kernel's).  Not in the trace, so not replayed: i_size
- * (taken as the end of the file's furthest request), delayed-allocation
- * reservations, and commits (frees are free at once).
+ * capturing the kernel's).
+ *
+ * A freed block is free for data again once the transaction that freed it
+ * has committed (data=ordered: ext4_free_blocks hands data blocks to the
+ * commit's callback too).  When the trace holds jbd2's jbd2_start_commit
+ * and jbd2_end_commit lines, frees wait for them as in rrfuse's daemon
+ * (the engine's rr_alloc_commit_begin and _end, which also write those
+ * lines into the replay's own trace): those before a commit starts are
+ * given back when it ends, the others with the next.  Without them a free
+ * is free at once, and a workload that reuses space between commits
+ * (aging: deletes, then writes within the commit interval) gets back
+ * blocks the kernel could not use yet.  Not in the trace, so not
+ * replayed: i_size (taken as the end of the file's furthest request) and
+ * delayed-allocation reservations.
  */
 #include "rrfuse/alloc.h"
 #include "tool.h"
@@ -117,7 +128,7 @@ static int umap_grow(struct umap *m)
 }
 
 /* One event of the trace, as the replay needs it. */
-enum ev_kind { EV_REQUEST, EV_ANSWER, EV_FREE, EV_DISCARD };
+enum ev_kind { EV_REQUEST, EV_ANSWER, EV_FREE, EV_DISCARD, EV_COMMIT_START, EV_COMMIT_END };
 
 struct ev {
 	enum ev_kind kind;
@@ -143,6 +154,7 @@ struct replay {
 		struct rr_extent got;
 	} pend[64];		/* requests waiting for the trace's answer */
 	unsigned int npend;
+	int commits;		/* the trace has jbd2's commit lines: frees wait for them */
 	uint64_t reqs, answered, same_start, same_group, same_len, failed;
 };
 
@@ -205,7 +217,7 @@ static int parse_line(const char *line, const char *dev, struct ev *e)
 	const char *s;
 
 	memset(e, 0, sizeof(*e));
-	if (!(s = strstr(line, ": ext4_")))
+	if (!(s = strstr(line, ": ext4_")) && !(s = strstr(line, ": jbd2_")))
 		return 0;
 	e->cpu = strchr(line, '[') ? atoi(strchr(line, '[') + 1) : 0;
 	if (dev && !strstr(s, dev))
@@ -230,8 +242,13 @@ static int parse_line(const char *line, const char *dev, struct ev *e)
 		e->ino = (uint32_t)num_after(s, " ino ");
 		return 1;
 	}
+	if (!strncmp(s, ": jbd2_start_commit: ", 21) || !strncmp(s, ": jbd2_end_commit: ", 19)) {
+		e->kind = s[7] == 's' ? EV_COMMIT_START : EV_COMMIT_END;
+		return 1;
+	}
 	if (!strncmp(s, ": ext4_free_blocks: ", 20)) {
 		e->kind = EV_FREE;
+		e->ino = (uint32_t)num_after(s, " ino ");
 		e->goal = num_after(s, " block ");
 		e->len = (uint32_t)num_after(s, " count ");
 		return 1;
@@ -357,10 +374,30 @@ static void do_answer(struct replay *r, const struct ev *e)
 	r->npend--;
 }
 
-/* Free the replay's blocks for trace blocks [blk, blk + n), a run of consecutive ones at a time. */
-static void do_free(struct replay *r, uint64_t blk, uint64_t n)
+/*
+ * The engine's commit, asked for when data finds no free space but blocks
+ * that wait for a commit: a replay commits only where its trace did (its
+ * jbd2 lines), so the request fails there.
+ */
+static int no_commit(void *arg)
 {
-	uint64_t run = 0, len = 0, k;
+	(void)arg;
+	return -1;
+}
+
+/*
+ * Free the replay's blocks for the trace's [blk, blk + n), a run of
+ * consecutive ones at a time.  The file's size as the replay knew it goes:
+ * a delete's inode number comes back as a new, empty file (its first
+ * request must not look like the old file's stream), and a truncate's next
+ * request says the size again.
+ */
+static void do_free(struct replay *r, const struct ev *e)
+{
+	uint64_t blk = e->goal, n = e->len, run = 0, len = 0, k;
+
+	if (e->ino)
+		umap_put(&r->isize, e->ino, NO_VAL);
 
 	for (k = 0; k < n; k++) {
 		uint64_t t = blk + k, v = umap_get(&r->fwd, t);
@@ -524,8 +561,12 @@ static void replay_all(struct replay *r, const struct ev *v, size_t n)
 			do_answer(r, &v[i]);
 		else if (v[i].kind == EV_DISCARD)
 			rr_alloc_discard_inode(r->a, v[i].ino);
+		else if (v[i].kind == EV_COMMIT_START)
+			rr_alloc_commit_begin(r->a);
+		else if (v[i].kind == EV_COMMIT_END)
+			rr_alloc_commit_end(r->a);
 		else
-			do_free(r, v[i].goal, v[i].len);
+			do_free(r, &v[i]);
 	}
 }
 
@@ -543,7 +584,7 @@ int main(int argc, char *argv[])
 	char dev[32] = "", *opts = NULL;
 	struct timespec t0, t1;
 	struct ev *v;
-	size_t n;
+	size_t n, i;
 	double secs;
 	int c;
 
@@ -567,6 +608,10 @@ int main(int argc, char *argv[])
 	v = load(argv[optind], dev[0] ? dev : NULL, &n);
 	if (!v)
 		return 1;
+	for (i = 0; i < n && !r.commits; i++)
+		r.commits = v[i].kind == EV_COMMIT_END;
+	if (r.commits)
+		rr_alloc_set_commit(r.a, no_commit, NULL);
 	if (link_answers(v, n)) {
 		fprintf(stderr, "rrreplay: out of memory\n");
 		free(v);
@@ -591,6 +636,7 @@ int main(int argc, char *argv[])
 	       (unsigned long long)r.same_start, pct(r.same_start, r.answered), (unsigned long long)r.same_group,
 	       pct(r.same_group, r.answered), (unsigned long long)r.same_len, pct(r.same_len, r.answered));
 	printf("seconds %.6f\nrequests_per_second %.0f\n", secs, secs > 0 ? (double)r.reqs / secs : 0.0);
+	printf("frees_wait_for_commits %s\n", r.commits ? "yes" : "no");
 	rr_alloc_detach(r.a);
 	ext2fs_close_free(&r.fs);
 	umap_free(&r.fwd);

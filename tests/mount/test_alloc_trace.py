@@ -143,7 +143,33 @@ def rrfuse_run(trace, start=None):
     ino_of = inodes(image, [n for n in sizes if n != DELETED])
     ino_of[DELETED] = ino_del
     check_trace(recs, image, ino_of, sizes, deleted_blocks(recs, ino_del, image))
+    check_commits(trace)
     return recs, {i: n for n, i in ino_of.items()}
+
+
+def check_commits(trace):
+    """The daemon's commits as jbd2's lines: transactions numbered up from 1 at each
+    commit's start, an end only for the commit begun last (a commit that does not
+    reach the device, unjournaled or unsynced, has none: its frees wait for the next),
+    and the files' fsyncs ended some.  The unmount's last flush comes after the
+    allocator has let go, so the deleted file's frees need not be followed by one."""
+    start = re.compile(r": jbd2_start_commit: dev \d+,\d+ transaction (\d+) sync 0$")
+    end = re.compile(r": jbd2_end_commit: dev \d+,\d+ transaction (\d+) sync 0 head \d+$")
+    seq = []
+    with open(trace) as f:
+        for line in f:
+            line = line.rstrip("\n")
+            m = start.search(line) or end.search(line)
+            if m:
+                seq.append(("start" if "start_commit" in line else "end", int(m.group(1))))
+            else:
+                assert ": jbd2_" not in line, line
+    starts = [t for k, t in seq if k == "start"]
+    assert starts == list(range(1, len(starts) + 1)), seq
+    for i, (k, t) in enumerate(seq):
+        if k == "end":
+            assert i and seq[i - 1] == ("start", t), seq
+    assert any(k == "end" for k, _ in seq), seq
 
 
 @pytest.mark.rrfuse_only

@@ -113,6 +113,11 @@ def test_fidelity_tiny(tmp_path):
         assert ks["pairs"] == 1 and len(ks["same_start_pct"]) == 1, ks
         assert 0 <= ks["same_start_pct"][0] <= ks["same_place_pct"][0] <= 100, ks
         assert "The kernel's own runs against each other (1 pair(s)" in text, text[-2000:]
+        # The summary's line for the workload: figures OK, then the request-by-request shares.
+        row = re.search(r"^\| %s \| (\d+)/(\d+) \| ([^|]+) \| ([^|]+) \|" % wid, text, re.M)
+        assert row and int(row.group(1)) <= int(row.group(2)), text[:3000]
+        assert re.fullmatch(r"[\d.]+, [\d.]+ %", row.group(3).strip()), row.groups()
+        assert row.group(4).strip() == "%.1f %%" % ks["same_start_pct"][0], row.groups()
     assert d["totals"]["OK"] + d["totals"]["DIFF"] == int(m.group(1)) + int(m.group(2))
     assert os.listdir(tmp) == []
     assert subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout == loops_before
