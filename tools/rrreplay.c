@@ -38,8 +38,20 @@
  * blocks the kernel could not use yet.  Not in the trace, so not
  * replayed: i_size (taken as the end of the file's furthest request) and
  * delayed-allocation reservations.
+ *
+ * -m FILE writes the layout the replay leaves, as rrmap --groups --json
+ * prints an image's (rrmap's own code: the same figures): free space from
+ * the engine's block bitmap once the preallocations are dropped and the
+ * frees committed, and each file's extents from the blocks the replay
+ * gave the trace's data requests (a block's owner: inode and logical
+ * block), cut where logical or physical order breaks and at ext4's 32768
+ * blocks an extent.  "Groups touched" counts the groups holding blocks of
+ * the trace's requests, data and metadata (extent trees, directories),
+ * and the starting image's files as they were (its inode table is the
+ * replay's: a file the trace extends or deletes is counted twice).
  */
 #include "rrfuse/alloc.h"
+#include "rrmap.h"
 #include "tool.h"
 
 #include <errno.h>
@@ -151,9 +163,12 @@ struct replay {
 	struct {
 		uint32_t ino, len;
 		uint64_t lblk;
+		int meta;
 		struct rr_extent got;
 	} pend[64];		/* requests waiting for the trace's answer */
 	unsigned int npend;
+	int layout;		/* -m: keep own */
+	struct umap own;	/* replay block -> inode << 32 | logical block of files' data, or OWN_META */
 	int commits;		/* the trace has jbd2's commit lines: frees wait for them */
 	uint64_t reqs, answered, same_start, same_group, same_len, failed;
 };
@@ -308,6 +323,7 @@ static int do_request(struct replay *r, const struct ev *e)
 	r->pend[i].ino = e->ino;
 	r->pend[i].lblk = e->lblk;
 	r->pend[i].len = e->len;
+	r->pend[i].meta = e->meta;
 	if (rr_alloc_blocks(r->a, &req, &r->pend[i].got)) {
 		r->pend[i].got.len = 0;
 		r->failed++;
@@ -332,6 +348,17 @@ static void map_blocks(struct replay *r, uint64_t tblk, uint64_t rblk, uint32_t 
 		umap_put(&r->fwd, tblk + k, rblk + k);
 		umap_put(&r->rev, rblk + k, tblk + k);
 	}
+}
+
+#define OWN_META (NO_VAL - 1)	/* own: a metadata request's block (extent tree, directory) */
+
+/* Replay blocks [pblk, pblk + n) hold the file's data from key (inode << 32 | logical block) on, or metadata. */
+static void own_blocks(struct replay *r, uint64_t pblk, uint64_t key, uint32_t n)
+{
+	uint32_t k;
+
+	for (k = 0; k < n; k++)
+		umap_put(&r->own, pblk + k, key == OWN_META ? key : key + k);
 }
 
 /*
@@ -361,6 +388,9 @@ static void do_answer(struct replay *r, const struct ev *e)
 					    .flags = RR_ALLOC_DATA | RR_ALLOC_USE_ROOT_RESV };
 
 		map_blocks(r, tblk + done, got.pblk, n);
+		if (r->layout)
+			own_blocks(r, got.pblk, r->pend[i].meta ? OWN_META :
+				   (uint64_t)e->ino << 32 | (r->pend[i].lblk + done), n);
 		if (n < got.len)
 			rr_free_blocks(r->a, got.pblk + n, got.len - n);
 		done += n;
@@ -411,6 +441,8 @@ static void do_free(struct replay *r, const struct ev *e)
 		} else {
 			continue;
 		}
+		if (r->layout)
+			umap_put(&r->own, v, NO_VAL);
 		if (len && v == run + len) {
 			len++;
 			continue;
@@ -473,6 +505,8 @@ static void usage(FILE *f)
 		   "                 (regular, rralloc, firstfit, a NAME.so or a path to one),\n"
 		   "                 max_prealloc_kb=KB, mb_stream_req=N, ...\n"
 		   "    -t OUT       write the replay's own trace to OUT (the same format)\n"
+		   "    -m OUT       write the layout the replay leaves to OUT, as rrmap --groups --json\n"
+		   "                 prints an image's\n"
 		   "    -d M,N       only the lines of device M,N\n"
 		   "    -h, --help   this help\n"
 		   "    -V, --version\n");
@@ -570,6 +604,114 @@ static void replay_all(struct replay *r, const struct ev *v, size_t n)
 	}
 }
 
+struct owned {
+	uint64_t key, pblk;	/* inode << 32 | logical block; the replay's block */
+};
+
+static int owned_cmp(const void *a, const void *b)
+{
+	const struct owned *x = a, *y = b;
+
+	return x->key < y->key ? -1 : x->key > y->key;
+}
+
+#define EXT_MAX_LEN 32768	/* ext4's longest initialized extent, blocks */
+
+static int grow_files(struct map_image *m, uint64_t cap)
+{
+	uint32_t *e = realloc(m->extents, cap * sizeof(*e)), *f;
+
+	if (!e)
+		return -1;
+	m->extents = e;
+	f = realloc(m->frags, cap * sizeof(*f));
+	if (!f)
+		return -1;
+	m->frags = f;
+	m->cap = cap;
+	return 0;
+}
+
+/*
+ * The files' part of the layout (rrmap's map_image: files, leaf extents and
+ * fragments per file, data blocks per group) from the owners of the
+ * replay's blocks.  0, or -1 out of memory.
+ */
+static int layout_files(struct replay *r, struct map_image *m)
+{
+	struct owned *o = NULL;
+	size_t n = 0, i, j, files;
+
+	if (r->own.n && !(o = malloc(r->own.n * sizeof(*o))))
+		return -1;
+	for (i = 0; i < r->own.cap; i++)
+		if (r->own.k[i] && r->own.v[i] != NO_VAL) {
+			o[n].key = r->own.v[i];
+			o[n++].pblk = r->own.k[i] - 1;
+		}
+	/* Metadata last: a block of the groups' data, of no file's extents. */
+	qsort(o, n, sizeof(*o), owned_cmp);
+	for (j = n; j && o[j - 1].key == OWN_META; j--)
+		;
+	/* After the starting image's own files (mfile_scan): one entry more per trace file at most. */
+	if (grow_files(m, m->nfiles + j + 1)) {
+		free(o);
+		return -1;
+	}
+	for (i = 0, files = j; i < files; i = j) {
+		uint32_t ext = 1, frag = 1, run = 1;
+
+		for (j = i + 1; j < files && o[j].key >> 32 == o[i].key >> 32; j++) {
+			int phys = o[j].pblk == o[j - 1].pblk + 1;
+
+			frag += !phys;
+			if (phys && o[j].key == o[j - 1].key + 1 && run < EXT_MAX_LEN) {
+				run++;
+			} else {
+				ext++;
+				run = 1;
+			}
+		}
+		m->extents[m->nfiles] = ext;
+		m->frags[m->nfiles++] = frag;
+	}
+	for (i = 0; i < n; i++) {
+		dgrp_t g = ext2fs_group_of_blk2(m->fs, o[i].pblk);
+
+		if (g < m->ngroups)
+			m->groups[g].data++;
+	}
+	free(o);
+	return mfile_dist(&m->ext_dist, m->extents, m->nfiles) || mfile_dist(&m->frag_dist, m->frags, m->nfiles);
+}
+
+/* -m: the layout the replay leaves, as rrmap --groups --json prints an image's.  0 or -1. */
+static int write_layout(struct replay *r, const char *path, const char *trace)
+{
+	struct map_image m = { .path = trace, .label = "rrreplay" };
+	FILE *f;
+	int ret = -1;
+
+	/* As the image after an unmount: preallocations dropped, every free committed. */
+	rr_alloc_discard_all(r->a);
+	rr_alloc_commit_begin(r->a);
+	rr_alloc_commit_end(r->a);
+	if (mfs_init(&m, r->fs) || mfile_scan(&m) || layout_files(r, &m) || mfs_scan_free(&m)) {
+		fprintf(stderr, "rrreplay: out of memory for the layout\n");
+	} else if (!(f = fopen(path, "we"))) {
+		fprintf(stderr, "rrreplay: %s: %s\n", path, strerror(errno));
+	} else {
+		mout_json(f, &m, 1, true);
+		ret = fclose(f) ? -1 : 0;
+		if (ret)
+			fprintf(stderr, "rrreplay: %s: %s\n", path, strerror(errno));
+	}
+	free(m.groups);
+	free(m.extents);
+	free(m.frags);
+	return ret;
+}
+
 static double pct(uint64_t x, uint64_t of)
 {
 	return of ? 100.0 * (double)x / (double)of : 0.0;
@@ -580,18 +722,20 @@ int main(int argc, char *argv[])
 	static const struct option longopts[] = { TOOL_OPTIONS_END };
 	struct rr_alloc_tunables t;
 	struct replay r = { 0 };
-	const char *out = NULL;
+	const char *out = NULL, *layout = NULL;
 	char dev[32] = "", *opts = NULL;
 	struct timespec t0, t1;
 	struct ev *v;
 	size_t n, i;
 	double secs;
-	int c;
+	int c, ret;
 
 	rr_alloc_tunables_default(&t);
-	while ((c = getopt_long(argc, argv, "o:t:d:hV", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "o:t:m:d:hV", longopts, NULL)) != -1) {
 		if (c == 'o')
 			opts = optarg;
+		else if (c == 'm')
+			layout = optarg;
 		else if (c == 't')
 			out = optarg;
 		else if (c == 'd')
@@ -626,6 +770,7 @@ int main(int argc, char *argv[])
 		}
 		rr_alloc_set_trace(r.a, f, out, 0, 0);
 	}
+	r.layout = layout != NULL;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	replay_all(&r, v, n);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -637,11 +782,13 @@ int main(int argc, char *argv[])
 	       pct(r.same_group, r.answered), (unsigned long long)r.same_len, pct(r.same_len, r.answered));
 	printf("seconds %.6f\nrequests_per_second %.0f\n", secs, secs > 0 ? (double)r.reqs / secs : 0.0);
 	printf("frees_wait_for_commits %s\n", r.commits ? "yes" : "no");
+	ret = layout ? write_layout(&r, layout, argv[optind]) : 0;
 	rr_alloc_detach(r.a);
 	ext2fs_close_free(&r.fs);
 	umap_free(&r.fwd);
 	umap_free(&r.rev);
 	umap_free(&r.isize);
+	umap_free(&r.own);
 	free(v);
-	return 0;
+	return ret ? 1 : 0;
 }

@@ -9,6 +9,7 @@ data/kernel-cycles.trace is `rrbench fidelity -w cycles`'s at full size (a
 4 GiB image; 15 rounds of four 32 MiB files written, fsync'd and deleted).
 """
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -195,3 +196,38 @@ def test_a_deleted_files_inode_comes_back_empty(image, tmp_path):
     assert len(answers) == 2, answers
     assert "STREAM_ALLOC" in answers[0]["flagset"], answers[0]
     assert "STREAM_ALLOC" not in answers[1]["flagset"] and "HINT_GRP_ALLOC" in answers[1]["flagset"], answers[1]
+
+
+def test_replayed_layout_as_rrmap_prints_it(image, tmp_path):
+    """-m writes the layout the replay leaves in rrmap's JSON: the two files, their
+    extents as the kernel's answers lay them (the replay agrees with every start),
+    the free space of the image less those blocks."""
+    layout = tmp_path / "layout.json"
+    out = replay("-m", str(layout), TRACE, image)
+    assert out["same_start"] == out["answered"], out
+    m = json.loads(layout.read_text())
+    assert m["files"] == 2 and m["label"] == "rrreplay", m
+    # The files' extents from the kernel's own answers: runs contiguous in logical and physical order.
+    recs = ext4trace.parse(TRACE, strict=True)
+    geom_first = m["blocks_per_group"]
+    runs = {}
+    for e in ext4trace.data_requests(recs):
+        p = e["placed"]
+        runs.setdefault(e["req"]["ino"], []).append(
+            (p["lblk"], p["group"] * geom_first + p["start"], p["len"]))
+    counts, used = [], 0
+    for ino, ex in runs.items():
+        ex.sort()
+        n = 1
+        for (l0, p0, n0), (l1, p1, _) in zip(ex, ex[1:]):
+            n += not (l1 == l0 + n0 and p1 == p0 + n0)
+        counts.append(n)
+        used += sum(x[2] for x in ex)
+    assert m["extents_per_file"]["max"] == max(counts) and m["extents_per_file"]["mean"] == sum(counts) / 2, \
+        (m["extents_per_file"], counts)
+    # Free space: the starting image's, less the files' blocks (and the trace's metadata blocks).
+    free_before = int(run(["dumpe2fs", "-h", image]).stdout.split("Free blocks:")[1].split()[0])
+    assert m["free_blocks"] <= free_before - used, (m["free_blocks"], free_before, used)
+    assert m["free_blocks"] >= free_before - used - 16, (m["free_blocks"], free_before, used)
+    assert sum(h["blocks"] for h in m["free_histogram"]) == m["free_blocks"], m["free_histogram"]
+    assert m["groups_touched"] >= 1 and len(m["group_table"]) == m["groups"], m["groups_touched"]

@@ -328,3 +328,38 @@ int mfile_extents(struct map_image *m, const char *path, struct map_extent **out
 	*size = EXT2_I_SIZE(&inode);
 	return 0;
 }
+
+static int mfile_cmp(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Mean, nearest-rank percentiles, max and files above one of v[0..n). */
+int mfile_dist(struct map_dist *d, const uint32_t *v, uint64_t n)
+{
+	uint32_t *s;
+	double sum = 0;
+
+	memset(d, 0, sizeof(*d));
+	d->n = n;
+	if (!n)
+		return 0;
+	s = malloc(n * sizeof(*s));
+	if (!s)
+		return -1;
+	memcpy(s, v, n * sizeof(*s));
+	qsort(s, n, sizeof(*s), mfile_cmp);
+	for (uint64_t i = 0; i < n; i++) {
+		sum += s[i];
+		d->over_one += s[i] > 1;
+	}
+	d->mean = sum / n;
+	/* nearest rank: the smallest value with at least p % of the files at or below it */
+	d->p50 = s[(n * 50 + 99) / 100 - 1];
+	d->p99 = s[(n * 99 + 99) / 100 - 1];
+	d->max = s[n - 1];
+	free(s);
+	return 0;
+}

@@ -28,7 +28,6 @@ int mfs_open(struct map_image *m, const char *path)
 {
 	blk64_t size;
 	errcode_t err;
-	dgrp_t g;
 
 	m->path = path;
 	err = ext2fs_open2(path, NULL, EXT2_FLAG_64BITS, 0, 0, unix_io_manager, &m->fs);
@@ -64,6 +63,14 @@ int mfs_open(struct map_image *m, const char *path)
 		mfs_error(m, err, "cannot read the bitmaps");
 		return -1;
 	}
+	return mfs_init(m, m->fs);
+}
+
+int mfs_init(struct map_image *m, ext2_filsys fs)
+{
+	dgrp_t g;
+
+	m->fs = fs;
 	m->blocks = ext2fs_blocks_count(m->fs->super);
 	m->blocksize = m->fs->blocksize;
 	m->ngroups = m->fs->group_desc_count;

@@ -88,93 +88,93 @@ void mout_text(struct map_image *m, bool groups)
 	}
 }
 
-static void mout_json_str(const char *s)
+static void mout_json_str(FILE *f, const char *s)
 {
-	putchar('"');
+	fputc('"', f);
 	for (; *s; s++) {
 		unsigned char c = *s;
 
 		if (c == '"' || c == '\\')
-			printf("\\%c", c);
+			fprintf(f, "\\%c", c);
 		else if (c < 0x20)
-			printf("\\u%04x", c);
+			fprintf(f, "\\u%04x", c);
 		else
-			putchar(c);
+			fputc(c, f);
 	}
-	putchar('"');
+	fputc('"', f);
 }
 
-static void mout_dist_json(const char *key, const struct map_dist *d)
+static void mout_dist_json(FILE *f, const char *key, const struct map_dist *d)
 {
-	printf("  \"%s\": {\"mean\": %.4f, \"p50\": %" PRIu64 ", \"p99\": %" PRIu64 ", \"max\": %" PRIu64
+	fprintf(f, "  \"%s\": {\"mean\": %.4f, \"p50\": %" PRIu64 ", \"p99\": %" PRIu64 ", \"max\": %" PRIu64
 	       ", \"more_than_one\": %" PRIu64 ", \"share_more_than_one\": %.4f},\n",
 	       key, d->mean, d->p50, d->p99, d->max, d->over_one, d->n ? (double)d->over_one / d->n : 0);
 }
 
-static void mout_json_one(struct map_image *m, bool groups)
+static void mout_json_one(FILE *f, struct map_image *m, bool groups)
 {
 	int i;
 	bool sep = false;
 
-	printf("{\n  \"image\": ");
-	mout_json_str(m->path);
-	printf(", \"label\": ");
+	fprintf(f, "{\n  \"image\": ");
+	mout_json_str(f, m->path);
+	fprintf(f, ", \"label\": ");
 	if (m->label)
-		mout_json_str(m->label);
+		mout_json_str(f, m->label);
 	else
-		printf("null");
-	printf(",\n  \"blocks\": %" PRIu64 ", \"block_size\": %u, \"groups\": %u, \"blocks_per_group\": %u"
+		fprintf(f, "null");
+	fprintf(f, ",\n  \"blocks\": %" PRIu64 ", \"block_size\": %u, \"groups\": %u, \"blocks_per_group\": %u"
 	       ", \"groups_per_flex\": %u,\n",
 	       m->blocks, m->blocksize, m->ngroups, EXT2_BLOCKS_PER_GROUP(m->fs->super), m->flex);
-	printf("  \"files\": %" PRIu64 ", \"directories\": %" PRIu64 ", \"symlinks\": %" PRIu64 ",\n",
+	fprintf(f, "  \"files\": %" PRIu64 ", \"directories\": %" PRIu64 ", \"symlinks\": %" PRIu64 ",\n",
 	       m->nfiles, m->ndirs, m->nsymlinks);
-	mout_dist_json("extents_per_file", &m->ext_dist);
-	mout_dist_json("fragments_per_file", &m->frag_dist);
-	printf("  \"free_blocks\": %" PRIu64 ", \"free_extents\": %" PRIu64 ", \"min_free_extent\": %" PRIu64
+	mout_dist_json(f, "extents_per_file", &m->ext_dist);
+	mout_dist_json(f, "fragments_per_file", &m->frag_dist);
+	fprintf(f, "  \"free_blocks\": %" PRIu64 ", \"free_extents\": %" PRIu64 ", \"min_free_extent\": %" PRIu64
 	       ", \"max_free_extent\": %" PRIu64 ",\n",
 	       m->free_blocks, m->free_extents, m->min_free, m->max_free);
-	printf("  \"free_histogram\": [");
+	fprintf(f, "  \"free_histogram\": [");
 	for (i = 0; i < MAP_HIST; i++) {
 		if (!m->hist_count[i])
 			continue;
-		printf("%s\n    {\"min_blocks\": %" PRIu64 ", \"max_blocks\": %" PRIu64 ", \"extents\": %" PRIu64
+		fprintf(f, "%s\n    {\"min_blocks\": %" PRIu64 ", \"max_blocks\": %" PRIu64 ", \"extents\": %" PRIu64
 		       ", \"blocks\": %" PRIu64 "}",
 		       sep ? "," : "", (uint64_t)1 << i, ((uint64_t)1 << (i + 1)) - 1, m->hist_count[i],
 		       m->hist_blocks[i]);
 		sep = true;
 	}
-	printf("\n  ],\n");
-	printf("  \"groups_touched\": %" PRIu64 ", \"share_groups_touched\": %.4f, \"used_per_group_mean\": %.4f"
+	fprintf(f, "\n  ],\n");
+	fprintf(f, "  \"groups_touched\": %" PRIu64 ", \"share_groups_touched\": %.4f, \"used_per_group_mean\": %.4f"
 	       ", \"used_per_group_cv\": %.4f, \"data_per_group_cv\": %.4f",
 	       m->touched, m->ngroups ? (double)m->touched / m->ngroups : 0, m->used_mean, m->used_cv,
 	       m->data_cv);
 	if (groups) {
-		printf(",\n  \"group_table\": [");
+		fprintf(f, ",\n  \"group_table\": [");
 		for (dgrp_t g = 0; g < m->ngroups; g++) {
 			struct map_group *x = &m->groups[g];
 
-			printf("%s\n    {\"group\": %u, \"first\": %" PRIu64 ", \"blocks\": %" PRIu64
+			fprintf(f, "%s\n    {\"group\": %u, \"first\": %" PRIu64 ", \"blocks\": %" PRIu64
 			       ", \"used\": %" PRIu64 ", \"data\": %" PRIu64 ", \"free_extents\": %" PRIu64
 			       ", \"largest_free\": %" PRIu64 ", \"dirs\": %" PRIu64 ", \"files\": %" PRIu64
 			       ", \"superblock\": %s, \"flex_leader\": %s}",
 			       g ? "," : "", g, x->first, x->nblocks, x->used, x->data, x->free_extents,
 			       x->largest_free, x->dirs, x->files, x->has_super ? "true" : "false", x->flex_leader ? "true" : "false");
 		}
-		printf("\n  ]");
+		fprintf(f, "\n  ]");
 	}
-	printf("\n}");
+	fprintf(f, "\n}");
 }
 
-void mout_json(struct map_image *ms, int n, bool groups)
+void mout_json(FILE *f, struct map_image *ms, int n, bool groups)
 {
 	if (n > 1)
-		printf("[\n");
+		fprintf(f, "[\n");
 	for (int i = 0; i < n; i++) {
-		mout_json_one(&ms[i], groups);
-		printf(i + 1 < n ? ",\n" : "\n");
+		mout_json_one(f, &ms[i], groups);
+		fputs(i + 1 < n ? ",\n" : "\n", f);
 	}
 	if (n > 1)
-		printf("]\n");
+		fprintf(f, "]\n");
 }
 
 /* Where extent i would start if it followed extent i - 1 on disk, holes included (filefrag's "expected"). */
@@ -238,9 +238,9 @@ void mout_file_json(const struct map_image *m, const char *path, const struct ma
 		    uint64_t size)
 {
 	printf("{\n  \"image\": ");
-	mout_json_str(m->path);
+	mout_json_str(stdout, m->path);
 	printf(", \"file\": ");
-	mout_json_str(path);
+	mout_json_str(stdout, path);
 	printf(",\n  \"size\": %" PRIu64 ", \"block_size\": %u, \"extents\": %" PRIu64 ", \"fragments\": %" PRIu64
 	       ",\n  \"extent_list\": [",
 	       size, m->blocksize, n, mout_fragments(e, n));

@@ -40,46 +40,11 @@ static void usage(FILE *f)
 		   "    -V, --version\n");
 }
 
-static int rrmap_cmp(const void *a, const void *b)
-{
-	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-/* Mean, nearest-rank percentiles, max and files above one of v[0..n). */
-static int rrmap_dist(struct map_dist *d, const uint32_t *v, uint64_t n)
-{
-	uint32_t *s;
-	double sum = 0;
-
-	memset(d, 0, sizeof(*d));
-	d->n = n;
-	if (!n)
-		return 0;
-	s = malloc(n * sizeof(*s));
-	if (!s)
-		return -1;
-	memcpy(s, v, n * sizeof(*s));
-	qsort(s, n, sizeof(*s), rrmap_cmp);
-	for (uint64_t i = 0; i < n; i++) {
-		sum += s[i];
-		d->over_one += s[i] > 1;
-	}
-	d->mean = sum / n;
-	/* nearest rank: the smallest value with at least p % of the files at or below it */
-	d->p50 = s[(n * 50 + 99) / 100 - 1];
-	d->p99 = s[(n * 99 + 99) / 100 - 1];
-	d->max = s[n - 1];
-	free(s);
-	return 0;
-}
-
 static int rrmap_scan(struct map_image *m)
 {
 	if (mfile_scan(m) || mfs_scan_free(m))
 		return -1;
-	if (rrmap_dist(&m->ext_dist, m->extents, m->nfiles) || rrmap_dist(&m->frag_dist, m->frags, m->nfiles)) {
+	if (mfile_dist(&m->ext_dist, m->extents, m->nfiles) || mfile_dist(&m->frag_dist, m->frags, m->nfiles)) {
 		fprintf(stderr, "rrmap: out of memory\n");
 		return -1;
 	}
@@ -151,7 +116,7 @@ int main(int argc, char **argv)
 	if (png && mpng_write(ms, n, png))
 		goto out;
 	if (json) {
-		mout_json(ms, n, groups);
+		mout_json(stdout, ms, n, groups);
 	} else {
 		for (i = 0; i < n; i++) {
 			if (i)

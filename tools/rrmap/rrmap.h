@@ -12,6 +12,7 @@
 #include <ext2fs/ext2fs.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define RRMAP_MAX_IMAGES 16	/* images side by side in one picture: more would not be readable */
 #define MAP_HIST 64	/* free-extent buckets: bucket i holds extents of 2^i to 2^(i+1) - 1 blocks */
@@ -74,6 +75,8 @@ struct map_extent {
 
 /* map_fs.c */
 int mfs_open(struct map_image *m, const char *path);
+/* The geometry and groups of fs, opened by the caller (mfs_open opens, then calls it). */
+int mfs_init(struct map_image *m, ext2_filsys fs);
 int mfs_scan_free(struct map_image *m);
 void mfs_close(struct map_image *m);
 void mfs_error(const struct map_image *m, errcode_t err, const char *what);
@@ -82,10 +85,12 @@ void mfs_error(const struct map_image *m, errcode_t err, const char *what);
 int mfile_scan(struct map_image *m);
 int mfile_extents(struct map_image *m, const char *path, struct map_extent **out, uint64_t *n,
 		  uint64_t *size);
+/* d: mean, nearest-rank percentiles, max and count above one of v[0..n): 0, or -1 out of memory. */
+int mfile_dist(struct map_dist *d, const uint32_t *v, uint64_t n);
 
 /* map_out.c */
 void mout_text(struct map_image *m, bool groups);
-void mout_json(struct map_image *ms, int n, bool groups);
+void mout_json(FILE *f, struct map_image *ms, int n, bool groups);
 void mout_file_text(const struct map_image *m, const char *path, const struct map_extent *e,
 		    uint64_t n, uint64_t size);
 void mout_file_json(const struct map_image *m, const char *path, const struct map_extent *e,
