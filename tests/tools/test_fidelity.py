@@ -108,6 +108,9 @@ def test_fidelity_tiny(tmp_path):
         assert "| same start as the kernel's |" in text, text[-2000:]
         for pol in ("regular", "rralloc"):
             assert p["replay"][pol]["failed"] == "0", p["replay"]
+            # The replayed layout (rrreplay -m) against the kernel's image, figure by figure.
+            same, of = map(int, p["replay"][pol]["layout_alike"].split("/"))
+            assert 0 <= same <= of and of >= 5, p["replay"][pol]
         # The kernel's two runs against each other, paired the same way: one pair.
         ks = d["summary"][wid]["kernel_self"]
         assert ks["pairs"] == 1 and len(ks["same_start_pct"]) == 1, ks
