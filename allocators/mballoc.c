@@ -1158,7 +1158,17 @@ void mb_scan_group(struct rr_alloc *a, struct mb_ac *ac, uint32_t g, enum mb_cr 
 
 	if (mb_load_group(a, g))
 		return;
-	pthread_mutex_lock(&grp->lock);
+	/*
+	 * Below CR_ANY_FREE a group whose lock another search or a free holds
+	 * is passed over, not waited for (the kernel's ext4_mb_scan_group, 6.16
+	 * on): two streams searching at once then part, as on ext4.
+	 */
+	if (cr < CR_ANY_FREE) {
+		if (pthread_mutex_trylock(&grp->lock))
+			return;
+	} else {
+		pthread_mutex_lock(&grp->lock);
+	}
 	ac->groups_scanned++;
 	STAT_INC(a, groups_scanned);
 	if (cr == CR_POWER2_ALIGNED) {

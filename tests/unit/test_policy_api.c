@@ -221,6 +221,31 @@ START_TEST(criteria_search_in_a_public_policy)
 }
 END_TEST
 
+/*
+ * A search below CR_ANY_FREE passes over a group whose lock is held (by a
+ * free, or another search), as the kernel's does; CR_ANY_FREE waits.  The
+ * lock is this thread's: a wait would never end, a pass-over returns.
+ */
+START_TEST(a_busy_group_is_passed_over)
+{
+	struct rr_alloc_req req = { .ino = 12, .len = 256, .flags = RR_ALLOC_DATA | RR_ALLOC_CLOSED };
+	struct rr_extent free_run, busy, idle;
+	uint32_t g;
+
+	ck_assert_int_eq(rr_alloc_blocks(a, &req, &free_run), 0);
+	g = (uint32_t)((free_run.pblk - a->first_data_block) / a->bpg);
+	rr_free_blocks(a, free_run.pblk, free_run.len);
+	/* The same request again goes where the first went; with that group busy, elsewhere. */
+	pthread_mutex_lock(&a->groups[g].lock);
+	ck_assert_int_eq(rr_alloc_blocks(a, &req, &busy), 0);
+	pthread_mutex_unlock(&a->groups[g].lock);
+	ck_assert_uint_ne((busy.pblk - a->first_data_block) / a->bpg, g);
+	ck_assert_uint_eq(busy.len, 256);
+	ck_assert_int_eq(rr_alloc_blocks(a, &req, &idle), 0);
+	ck_assert_uint_eq((idle.pblk - a->first_data_block) / a->bpg, g);
+}
+END_TEST
+
 START_TEST(loader_refuses_with_the_reason)
 {
 	struct rr_alloc_tunables t;
@@ -337,6 +362,7 @@ int main(void)
 	tcase_add_test(tc, searches_find_free_runs_where_asked);
 	tcase_add_test(tc, tunables_by_id_and_stream_goals);
 	tcase_add_test(tc, criteria_search_in_a_public_policy);
+	tcase_add_test(tc, a_busy_group_is_passed_over);
 	tcase_add_test(tc, loader_refuses_with_the_reason);
 	tcase_add_test(tc, guard_refuses_each_kind_then_switches_off);
 	suite_add_tcase(s, tc);
