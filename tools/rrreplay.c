@@ -617,21 +617,6 @@ static int owned_cmp(const void *a, const void *b)
 
 #define EXT_MAX_LEN 32768	/* ext4's longest initialized extent, blocks */
 
-static int grow_files(struct map_image *m, uint64_t cap)
-{
-	uint32_t *e = realloc(m->extents, cap * sizeof(*e)), *f;
-
-	if (!e)
-		return -1;
-	m->extents = e;
-	f = realloc(m->frags, cap * sizeof(*f));
-	if (!f)
-		return -1;
-	m->frags = f;
-	m->cap = cap;
-	return 0;
-}
-
 /*
  * The files' part of the layout (rrmap's map_image: files, leaf extents and
  * fragments per file, data blocks per group) from the owners of the
@@ -653,11 +638,6 @@ static int layout_files(struct replay *r, struct map_image *m)
 	qsort(o, n, sizeof(*o), owned_cmp);
 	for (j = n; j && o[j - 1].key == OWN_META; j--)
 		;
-	/* After the starting image's own files (mfile_scan): one entry more per trace file at most. */
-	if (grow_files(m, m->nfiles + j + 1)) {
-		free(o);
-		return -1;
-	}
 	for (i = 0, files = j; i < files; i = j) {
 		uint32_t ext = 1, frag = 1, run = 1;
 
@@ -672,8 +652,10 @@ static int layout_files(struct replay *r, struct map_image *m)
 				run = 1;
 			}
 		}
-		m->extents[m->nfiles] = ext;
-		m->frags[m->nfiles++] = frag;
+		if (mfile_push(m, ext, frag)) {	/* after the starting image's own files (mfile_scan) */
+			free(o);
+			return -1;
+		}
 	}
 	for (i = 0; i < n; i++) {
 		dgrp_t g = ext2fs_group_of_blk2(m->fs, o[i].pblk);

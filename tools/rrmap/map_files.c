@@ -204,7 +204,7 @@ static int mfile_walk(struct mfile_walk *w, struct ext2_inode *inode)
 	return mfile_walk_blocks(w);
 }
 
-static int mfile_push(struct map_image *m, uint64_t extents, uint64_t frags)
+int mfile_push(struct map_image *m, uint64_t extents, uint64_t frags)
 {
 	if (m->nfiles == m->cap) {
 		uint64_t cap = m->cap ? 2 * m->cap : 1024;

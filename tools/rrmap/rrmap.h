@@ -85,6 +85,8 @@ void mfs_error(const struct map_image *m, errcode_t err, const char *what);
 int mfile_scan(struct map_image *m);
 int mfile_extents(struct map_image *m, const char *path, struct map_extent **out, uint64_t *n,
 		  uint64_t *size);
+/* One more file with these leaf extents and fragments: 0, or -1 out of memory. */
+int mfile_push(struct map_image *m, uint64_t extents, uint64_t frags);
 /* d: mean, nearest-rank percentiles, max and count above one of v[0..n): 0, or -1 out of memory. */
 int mfile_dist(struct map_dist *d, const uint32_t *v, uint64_t n);
 
