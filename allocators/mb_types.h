@@ -42,7 +42,13 @@ enum { MB_LIST_LARGEST, MB_LIST_AVG, MB_NLISTS };
  * (set once, by the group's load).
  */
 struct mb_group {
-	pthread_mutex_t lock;		/* buddy, pmap, npending, pas list */
+	/*
+	 * buddy, pmap, npending, pas list.  A search below CR_ANY_FREE passes a
+	 * group whose lock is held over (mb_scan_group), but waits while -o
+	 * check's verification holds it (watched): checking must not move blocks.
+	 */
+	pthread_mutex_t lock;
+	_Atomic int watched;
 	struct mb_buddy *_Atomic buddy;	/* NULL until first use (lazy load) */
 	/*
 	 * Blocks taken without the fs lock and not yet in libext2fs's bitmap

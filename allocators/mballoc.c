@@ -363,11 +363,13 @@ static void group_verify(struct rr_alloc *a, uint32_t g)
 	uint8_t *map;
 	uint32_t i;
 
+	atomic_store(&grp->watched, 1);
 	pthread_mutex_lock(&grp->lock);
 	/* Spelled out: GCC 12 under -fsanitize=address warns falsely on grp->buddy here. */
 	b = atomic_load_explicit(&a->groups[g].buddy, memory_order_relaxed);
 	if (!b) {
 		pthread_mutex_unlock(&grp->lock);
+		atomic_store(&grp->watched, 0);
 		return;
 	}
 	map = group_bitmap(a, g);
@@ -420,6 +422,7 @@ static void group_verify(struct rr_alloc *a, uint32_t g)
 	mb_buddy_destroy(&fresh);
 	free(map);
 	pthread_mutex_unlock(&grp->lock);
+	atomic_store(&grp->watched, 0);
 }
 
 /* After a change to [blk, blk+len) under the fs lock; a request without it is checked when mapped. */
@@ -1163,12 +1166,10 @@ void mb_scan_group(struct rr_alloc *a, struct mb_ac *ac, uint32_t g, enum mb_cr 
 	 * is passed over, not waited for (the kernel's ext4_mb_scan_group, 6.16
 	 * on): two streams searching at once then part, as on ext4.
 	 */
-	if (cr < CR_ANY_FREE) {
-		if (pthread_mutex_trylock(&grp->lock))
-			return;
-	} else {
+	if (cr >= CR_ANY_FREE || atomic_load(&grp->watched))
 		pthread_mutex_lock(&grp->lock);
-	}
+	else if (pthread_mutex_trylock(&grp->lock))
+		return;
 	ac->groups_scanned++;
 	STAT_INC(a, groups_scanned);
 	if (cr == CR_POWER2_ALIGNED) {
