@@ -55,6 +55,7 @@
 #include "tool.h"
 
 #include <errno.h>
+#include <ext2fs/ext3_extents.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -615,8 +616,6 @@ static int owned_cmp(const void *a, const void *b)
 	return x->key < y->key ? -1 : x->key > y->key;
 }
 
-#define EXT_MAX_LEN 32768	/* ext4's longest initialized extent, blocks */
-
 /*
  * The files' part of the layout (rrmap's map_image: files, leaf extents and
  * fragments per file, data blocks per group) from the owners of the
@@ -645,7 +644,7 @@ static int layout_files(struct replay *r, struct map_image *m)
 			int phys = o[j].pblk == o[j - 1].pblk + 1;
 
 			frag += !phys;
-			if (phys && o[j].key == o[j - 1].key + 1 && run < EXT_MAX_LEN) {
+			if (phys && o[j].key == o[j - 1].key + 1 && run < EXT_INIT_MAX_LEN) {
 				run++;
 			} else {
 				ext++;
@@ -668,9 +667,9 @@ static int layout_files(struct replay *r, struct map_image *m)
 }
 
 /* -m: the layout the replay leaves, as rrmap --groups --json prints an image's.  0 or -1. */
-static int write_layout(struct replay *r, const char *path, const char *trace)
+static int write_layout(struct replay *r, const char *path, const char *image)
 {
-	struct map_image m = { .path = trace, .label = "rrreplay" };
+	struct map_image m = { .path = image, .label = "rrreplay" };
 	FILE *f;
 	int ret = -1;
 
@@ -678,8 +677,16 @@ static int write_layout(struct replay *r, const char *path, const char *trace)
 	rr_alloc_discard_all(r->a);
 	rr_alloc_commit_begin(r->a);
 	rr_alloc_commit_end(r->a);
-	if (mfs_init(&m, r->fs) || mfile_scan(&m) || layout_files(r, &m) || mfs_scan_free(&m)) {
+	/*
+	 * rrmap's scans say what failed, naming the image; the files' part (before
+	 * the free-space scan, which sums the groups' data) can only run out of memory.
+	 */
+	if (mfs_init(&m, r->fs) || mfile_scan(&m)) {
+		fprintf(stderr, "rrreplay: no layout written to %s\n", path);
+	} else if (layout_files(r, &m)) {
 		fprintf(stderr, "rrreplay: out of memory for the layout\n");
+	} else if (mfs_scan_free(&m)) {
+		fprintf(stderr, "rrreplay: no layout written to %s\n", path);
 	} else if (!(f = fopen(path, "we"))) {
 		fprintf(stderr, "rrreplay: %s: %s\n", path, strerror(errno));
 	} else {
@@ -764,7 +771,7 @@ int main(int argc, char *argv[])
 	       pct(r.same_group, r.answered), (unsigned long long)r.same_len, pct(r.same_len, r.answered));
 	printf("seconds %.6f\nrequests_per_second %.0f\n", secs, secs > 0 ? (double)r.reqs / secs : 0.0);
 	printf("frees_wait_for_commits %s\n", r.commits ? "yes" : "no");
-	ret = layout ? write_layout(&r, layout, argv[optind]) : 0;
+	ret = layout ? write_layout(&r, layout, argv[optind + 1]) : 0;
 	rr_alloc_detach(r.a);
 	ext2fs_close_free(&r.fs);
 	umap_free(&r.fwd);
