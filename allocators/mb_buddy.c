@@ -74,6 +74,44 @@ int mb_buddy_test(const struct mb_buddy *b, uint32_t blk)
 	return blk >= b->nblocks || mb_bit_test(b->bits[0], blk);
 }
 
+/* Bits [start, start + len) of m set (used) or cleared, whole bytes at a time where they can be. */
+void mb_bits_fill(uint8_t *m, uint32_t start, uint32_t len, int used)
+{
+	uint32_t end = start + len;
+
+	for (; start < end && (start & 7); start++)
+		used ? mb_bit_set(m, start) : mb_bit_clear(m, start);
+	if (end - start >= 8) {
+		memset(m + start / 8, used ? 0xff : 0, (end - start) / 8);
+		start += (end - start) & ~7u;
+	}
+	for (; start < end; start++)
+		used ? mb_bit_set(m, start) : mb_bit_clear(m, start);
+}
+
+/* How many of m's bits from start on (at most len) are all used (1) or all free (0), whole words at a time. */
+uint32_t mb_bits_run(const uint8_t *m, uint32_t start, uint32_t len, int used)
+{
+	uint32_t i = start, end = start + len;
+	uint64_t full = used ? ~0ull : 0;
+
+	for (; i < end && (i & 63); i++)
+		if (mb_bit_test(m, i) != used)
+			return i - start;
+	for (; i + 64 <= end; i += 64) {
+		uint64_t w;
+
+		memcpy(&w, m + i / 8, sizeof(w));
+		if (w != full)
+			break;
+	}
+	for (; i < end; i++)
+		if (mb_bit_test(m, i) != used)
+			break;
+	return i - start;
+}
+
+
 /* The order of the largest chunk that starts at start (aligned to it) and fits in len (> 0). */
 static unsigned int chunk_order(const struct mb_buddy *b, uint32_t start, uint32_t len)
 {
@@ -178,14 +216,9 @@ static unsigned int order_of(const struct mb_buddy *b, uint32_t blk)
 
 static int range_is(const struct mb_buddy *b, uint32_t start, uint32_t len, int used)
 {
-	uint32_t i;
-
 	if (start > b->nblocks || len > b->nblocks - start)
 		return 0;
-	for (i = start; i < start + len; i++)
-		if (mb_bit_test(b->bits[0], i) != used)
-			return 0;
-	return 1;
+	return mb_bits_run(b->bits[0], start, len, used) == len;
 }
 
 int mb_buddy_mark_used(struct mb_buddy *b, uint32_t start, uint32_t len)
@@ -202,13 +235,12 @@ int mb_buddy_mark_used(struct mb_buddy *b, uint32_t start, uint32_t len)
 	while (cur < end) {
 		unsigned int k = order_of(b, cur);
 		uint32_t cstart = cur & ~((1u << k) - 1), cend = cstart + (1u << k);
-		uint32_t uend = end < cend ? end : cend, i;
+		uint32_t uend = end < cend ? end : cend;
 
 		if (k)
 			mb_bit_set(b->bits[k], cur >> k);
 		b->counters[k]--;
-		for (i = cur; i < uend; i++)
-			mb_bit_set(b->bits[0], i);
+		mb_bits_fill(b->bits[0], cur, uend - cur, 1);
 		/* What is left of the chunk on either side stays free, as smaller chunks. */
 		add_free_chunks(b, cstart, cur - cstart);
 		add_free_chunks(b, uend, cend - uend);
@@ -220,10 +252,9 @@ int mb_buddy_mark_used(struct mb_buddy *b, uint32_t start, uint32_t len)
 /* Free one aligned chunk of order k at start (all used), merging with free buddies. */
 static void free_chunk(struct mb_buddy *b, uint32_t start, unsigned int k)
 {
-	uint32_t i, idx = start >> k;
+	uint32_t idx = start >> k;
 
-	for (i = start; i < start + (1u << k); i++)
-		mb_bit_clear(b->bits[0], i);
+	mb_bits_fill(b->bits[0], start, 1u << k, 0);
 	while (k < b->max_order) {
 		uint32_t bud = idx ^ 1;
 
@@ -264,21 +295,9 @@ int mb_buddy_free(struct mb_buddy *b, uint32_t start, uint32_t len)
 
 uint32_t mb_buddy_extent_at(const struct mb_buddy *b, uint32_t start, uint32_t max)
 {
-	uint32_t n = 0;
-
-	while (n < max && start + n < b->nblocks) {
-		uint32_t i = start + n;
-
-		/* Whole free bytes at a time once aligned. */
-		if (!(i & 7) && i + 8 <= b->nblocks && !b->bits[0][i >> 3] && n + 8 <= max) {
-			n += 8;
-			continue;
-		}
-		if (mb_bit_test(b->bits[0], i))
-			break;
-		n++;
-	}
-	return n;
+	if (start >= b->nblocks)
+		return 0;
+	return mb_bits_run(b->bits[0], start, max < b->nblocks - start ? max : b->nblocks - start, 0);
 }
 
 /*
@@ -307,21 +326,16 @@ uint32_t mb_buddy_chunk_extent(const struct mb_buddy *b, uint32_t start, uint32_
 
 int mb_buddy_next_run(const struct mb_buddy *b, uint32_t from, uint32_t *start, uint32_t *len)
 {
-	uint32_t i = from;
+	uint32_t i;
 
-	while (i < b->nblocks) {
-		if (!(i & 7) && b->bits[0][i >> 3] == 0xff) {
-			i += 8;
-			continue;
-		}
-		if (!mb_bit_test(b->bits[0], i)) {
-			*start = i;
-			*len = mb_buddy_extent_at(b, i, b->nblocks - i);
-			return 0;
-		}
-		i++;
-	}
-	return -1;
+	if (from >= b->nblocks)
+		return -1;
+	i = from + mb_bits_run(b->bits[0], from, b->nblocks - from, 1);
+	if (i >= b->nblocks)
+		return -1;
+	*start = i;
+	*len = mb_bits_run(b->bits[0], i, b->nblocks - i, 0);
+	return 0;
 }
 
 int64_t mb_buddy_find_order(const struct mb_buddy *b, unsigned int order, unsigned int *got)

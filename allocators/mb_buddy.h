@@ -46,6 +46,10 @@ static inline void mb_bit_clear(uint8_t *m, uint32_t i)
 	m[i >> 3] &= (uint8_t)~(1u << (i & 7));
 }
 
+/* Bits [start, start + len) of m set (used) or cleared. */
+void mb_bits_fill(uint8_t *m, uint32_t start, uint32_t len, int used);
+/* How many of m's bits from start on (at most len) are all used (1) or all free (0). */
+uint32_t mb_bits_run(const uint8_t *m, uint32_t start, uint32_t len, int used);
 int mb_buddy_init(struct mb_buddy *b, uint32_t nblocks, unsigned int max_order);
 void mb_buddy_destroy(struct mb_buddy *b);
 /* Build from a bitmap of nblocks bits (1 = used, LSB first as libext2fs's range export). */

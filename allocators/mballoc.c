@@ -206,10 +206,7 @@ static uint8_t *group_fmap(const struct rr_alloc *a, const struct mb_group *grp)
 
 static void map_set_range(uint8_t *map, uint32_t start, uint32_t len)
 {
-	uint32_t i;
-
-	for (i = 0; i < len; i++)
-		mb_bit_set(map, start + i);
+	mb_bits_fill(map, start, len, 1);
 }
 
 /* Mark in map (group g's, 1 = used) the frozen blocks of g.  Group lock held. */
@@ -239,9 +236,13 @@ static uint32_t map_free_count(const uint8_t *map, uint32_t n)
 {
 	uint32_t i, used = 0;
 
-	for (i = 0; i < n / 8; i++)
-		used += (uint32_t)__builtin_popcount(map[i]);
-	for (i = n / 8 * 8; i < n; i++)
+	for (i = 0; i + 64 <= n; i += 64) {
+		uint64_t w;
+
+		memcpy(&w, map + i / 8, sizeof(w));
+		used += (uint32_t)__builtin_popcountll(w);
+	}
+	for (; i < n; i++)
 		used += mb_bit_test(map, i);
 	return n - used;
 }
@@ -1883,6 +1884,17 @@ static void frozen_add(struct mb_frozen *f, uint64_t blk, uint64_t len)
  * corrupt image can make libext2fs free a block twice (two files claiming
  * it), which must not bring the daemon down.  fs lock held.
  */
+/* Whether every block of [blk, blk+n) (group offset off) is freed here for the first time: free_freed's test, run at once. */
+static int whole_run_freed(struct rr_alloc *a, struct mb_group *grp, const uint8_t *fmap, uint64_t blk,
+			   uint32_t off, uint32_t n)
+{
+	blk64_t used;
+
+	return n && ext2fs_find_first_set_block_bitmap2(a->fs->block_map, blk, blk + n - 1, &used) == ENOENT &&
+	       mb_bits_run(grp->pmap, off, n, 0) == n && mb_bits_run(grp->buddy->bits[0], off, n, 1) == n &&
+	       mb_bits_run(fmap, off, n, 0) == n;
+}
+
 static void free_freed(struct rr_alloc *a, uint32_t g, uint64_t blk, uint32_t n)
 {
 	struct mb_group *grp = &a->groups[g];
@@ -1902,7 +1914,14 @@ static void free_freed(struct rr_alloc *a, uint32_t g, uint64_t blk, uint32_t n)
 		pthread_mutex_unlock(&grp->lock);
 		return;
 	}
-	for (i = 0; i <= n; i++) {
+	/* A whole extent freed once (a delete, a truncate): its runs whole, not block by block. */
+	if (whole_run_freed(a, grp, fmap, blk, off, n)) {
+		i = n;
+		run = n;
+	} else {
+		i = 0;
+	}
+	for (; i <= n; i++) {
 		int freed = i < n && !ext2fs_test_block_bitmap2(a->fs->block_map, blk + i) &&
 			    !mb_bit_test(grp->pmap, off + i) && mb_buddy_test(grp->buddy, off + i) &&
 			    !mb_bit_test(fmap, off + i);
@@ -1941,9 +1960,19 @@ static void thaw(struct rr_alloc *a, uint32_t g, uint64_t blk, uint32_t n)
 	struct mb_group *grp = &a->groups[g];
 	uint32_t off = (uint32_t)(blk - mb_group_first(a, g)), i, run = 0;
 	uint8_t *fmap = group_fmap(a, grp);
+	blk64_t used;
 
 	pthread_mutex_lock(&grp->lock);
-	for (i = 0; fmap && i <= n; i++) {
+	/* The common case, a run frozen whole and still free in the bitmap: at once. */
+	if (fmap && n && mb_bits_run(fmap, off, n, 1) == n &&
+	    ext2fs_find_first_set_block_bitmap2(a->fs->block_map, blk, blk + n - 1, &used) == ENOENT) {
+		mb_bits_fill(fmap, off, n, 0);
+		i = n;
+		run = n;
+	} else {
+		i = 0;
+	}
+	for (; fmap && i <= n; i++) {
 		int freed = 0;
 
 		if (i < n && mb_bit_test(fmap, off + i)) {
@@ -2091,11 +2120,11 @@ static uint32_t take_pending_run(struct rr_alloc *a, uint32_t g, uint64_t blk, u
 		return n;
 	}
 	*pending = mb_bit_test(grp->pmap, off);
-	for (i = 0; i < n && !!mb_bit_test(grp->pmap, off + i) == *pending; i++)
-		if (*pending)
-			mb_bit_clear(grp->pmap, off + i);
-	if (*pending)
+	i = mb_bits_run(grp->pmap, off, n, *pending);
+	if (*pending) {
+		mb_bits_fill(grp->pmap, off, i, 0);
 		grp->npending -= i;
+	}
 	return i;
 }
 

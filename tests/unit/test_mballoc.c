@@ -151,6 +151,30 @@ START_TEST(random_ops_equal_regenerated)
 }
 END_TEST
 
+/* mb_bits_run and mb_bits_fill, whole words at a time, against the same bit by bit. */
+START_TEST(bit_runs_equal_bit_by_bit)
+{
+	static uint8_t m[64], shadow[64];
+	int op;
+
+	srand(11);
+	for (op = 0; op < 20000; op++) {
+		uint32_t s = (uint32_t)rand() % 512, l = (uint32_t)rand() % (512 - s + 1), i, want;
+		int used = rand() % 2;
+
+		if (op % 3 == 0) {
+			mb_bits_fill(m, s, l, used);
+			for (i = s; i < s + l; i++)
+				used ? mb_bit_set(shadow, i) : mb_bit_clear(shadow, i);
+			ck_assert_int_eq(memcmp(m, shadow, sizeof(m)), 0);
+		}
+		for (want = 0; want < l && mb_bit_test(shadow, s + want) == used; want++)
+			;
+		ck_assert_uint_eq(mb_bits_run(m, s, l, used), want);
+	}
+}
+END_TEST
+
 START_TEST(find_order_and_runs)
 {
 	struct mb_buddy b;
@@ -334,6 +358,7 @@ int main(void)
 	tcase_add_loop_test(tc, generate_equals_block_by_block, 0, 5);
 	tcase_add_test(tc, empty_group_counters);
 	tcase_add_test(tc, random_ops_equal_regenerated);
+	tcase_add_test(tc, bit_runs_equal_bit_by_bit);
 	tcase_add_test(tc, find_order_and_runs);
 	tcase_add_test(tc, normalize_table);
 	tcase_add_test(tc, normalize_neighbours);
