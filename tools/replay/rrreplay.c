@@ -52,6 +52,7 @@
  */
 #include "rrfuse/alloc.h"
 #include "rrmap.h"
+#include "runmap.h"
 #include "tool.h"
 
 #include <errno.h>
@@ -160,7 +161,9 @@ struct replay {
 	struct rr_alloc *a;
 	ext2_filsys fs;
 	uint32_t first, bpg, bsize;
-	struct umap fwd, rev, isize;	/* trace block -> replay block; the reverse; ino -> end */
+	struct runmap fwd, rev;	/* trace blocks -> replay blocks; the reverse */
+	struct umap isize;	/* ino -> the end of its furthest request */
+	int nomem;		/* a map could not grow: the figures are not to be trusted */
 	struct {
 		uint32_t ino, len;
 		uint64_t lblk;
@@ -169,7 +172,7 @@ struct replay {
 	} pend[64];		/* requests waiting for the trace's answer */
 	unsigned int npend;
 	int layout;		/* -m: keep own */
-	struct umap own;	/* replay block -> inode << 32 | logical block of files' data, or OWN_META */
+	struct runmap own;	/* replay blocks -> inode << 32 | logical block of files' data, or OWN_META */
 	int commits;		/* the trace has jbd2's commit lines: frees wait for them */
 	uint64_t reqs, answered, same_start, same_group, same_len, failed;
 };
@@ -275,7 +278,7 @@ static int parse_line(const char *line, const char *dev, struct ev *e)
 /* A trace block as the replay's: mapped, or (from before the trace) itself. */
 static uint64_t xlate(struct replay *r, uint64_t blk)
 {
-	uint64_t v = blk ? umap_get(&r->fwd, blk) : NO_VAL;
+	uint64_t v = blk ? runmap_get(&r->fwd, blk, NO_VAL) : NO_VAL;
 
 	return v == NO_VAL ? blk : v;
 }
@@ -283,7 +286,7 @@ static uint64_t xlate(struct replay *r, uint64_t blk)
 /* Goal: the block after the replay's pleft when the trace's goal followed its pleft. */
 static uint64_t xlate_goal(struct replay *r, const struct ev *e)
 {
-	uint64_t prev = e->goal ? umap_get(&r->fwd, e->goal - 1) : NO_VAL;
+	uint64_t prev = e->goal ? runmap_get(&r->fwd, e->goal - 1, NO_VAL) : NO_VAL;
 
 	if (prev != NO_VAL)
 		return prev + 1;
@@ -335,8 +338,6 @@ static int do_request(struct replay *r, const struct ev *e)
 /* Trace blocks [tblk, tblk + n) are the replay's [rblk, rblk + n). */
 static void map_blocks(struct replay *r, uint64_t tblk, uint64_t rblk, uint32_t n)
 {
-	uint32_t k;
-
 	/*
 	 * The same blocks on both sides need no entry: a block the map does not
 	 * hold is itself (xlate), and its free finds it in use (do_free).  No
@@ -345,10 +346,8 @@ static void map_blocks(struct replay *r, uint64_t tblk, uint64_t rblk, uint32_t 
 	 */
 	if (tblk == rblk)
 		return;
-	for (k = 0; k < n; k++) {
-		umap_put(&r->fwd, tblk + k, rblk + k);
-		umap_put(&r->rev, rblk + k, tblk + k);
-	}
+	if (runmap_put(&r->fwd, tblk, n, rblk, 0) || runmap_put(&r->rev, rblk, n, tblk, 0))
+		r->nomem = 1;
 }
 
 #define OWN_META (NO_VAL - 1)	/* own: a metadata request's block (extent tree, directory) */
@@ -356,10 +355,8 @@ static void map_blocks(struct replay *r, uint64_t tblk, uint64_t rblk, uint32_t 
 /* Replay blocks [pblk, pblk + n) hold the file's data from key (inode << 32 | logical block) on, or metadata. */
 static void own_blocks(struct replay *r, uint64_t pblk, uint64_t key, uint32_t n)
 {
-	uint32_t k;
-
-	for (k = 0; k < n; k++)
-		umap_put(&r->own, pblk + k, key == OWN_META ? key : key + k);
+	if (runmap_put(&r->own, pblk, n, key, key == OWN_META))
+		r->nomem = 1;
 }
 
 /*
@@ -423,38 +420,92 @@ static int no_commit(void *arg)
  * request must not look like the old file's stream), and a truncate's next
  * request says the size again.
  */
+/* Replay blocks [v, v + n) to be freed: runs of consecutive ones freed together. */
+struct free_acc {
+	uint64_t run, len;
+};
+
+static void free_add(struct replay *r, struct free_acc *f, uint64_t v, uint64_t n)
+{
+	if (r->layout && runmap_del(&r->own, v, n))
+		r->nomem = 1;
+	if (f->len && v == f->run + f->len && f->len + n <= UINT32_MAX) {
+		f->len += n;
+		return;
+	}
+	if (f->len)
+		rr_free_blocks(r->a, f->run, (uint32_t)f->len);
+	f->run = v;
+	f->len = n;
+}
+
+/*
+ * Trace blocks [t, end) that no run of the trace's maps: the same blocks
+ * in the replay when they were in use before the trace (in the bitmap and
+ * not given by the replay to another of the trace's blocks).
+ */
+static void free_unmapped(struct replay *r, struct free_acc *f, uint64_t t, uint64_t end)
+{
+	uint64_t nblocks = ext2fs_blocks_count(r->fs->super);
+
+	while (t < end) {
+		struct runmap_run other;
+		uint64_t stop;
+
+		if (runmap_at(&r->rev, t, &other)) {
+			t += other.len < end - t ? other.len : end - t;
+			continue;
+		}
+		stop = other.len && other.key < end ? other.key : end;
+		if (stop > nblocks)
+			stop = nblocks;
+		while (t < stop) {
+			blk64_t used, unused;
+
+			/* The runs of blocks in use, not block by block: a delete frees whole files. */
+			if (ext2fs_find_first_set_block_bitmap2(r->fs->block_map, t, stop - 1, &used))
+				break;
+			if (ext2fs_find_first_zero_block_bitmap2(r->fs->block_map, used, stop - 1, &unused))
+				unused = stop;
+			free_add(r, f, used, unused - used);
+			t = unused;
+		}
+		t = other.len && other.key < end ? other.key : end;
+	}
+}
+
+/*
+ * Free the replay's blocks for the trace's [blk, blk + n), a run of
+ * consecutive ones at a time.  The file's size as the replay knew it goes:
+ * a delete's inode number comes back as a new, empty file (its first
+ * request must not look like the old file's stream), and a truncate's next
+ * request says the size again.
+ */
 static void do_free(struct replay *r, const struct ev *e)
 {
-	uint64_t blk = e->goal, n = e->len, run = 0, len = 0, k;
+	uint64_t t = e->goal, end = e->goal + e->len;
+	struct free_acc f = { 0 };
 
 	if (e->ino)
 		umap_put(&r->isize, e->ino, NO_VAL);
+	while (t < end) {
+		struct runmap_run run;
+		uint64_t k;
 
-	for (k = 0; k < n; k++) {
-		uint64_t t = blk + k, v = umap_get(&r->fwd, t);
-
-		if (v != NO_VAL) {
-			umap_put(&r->fwd, t, NO_VAL);
-			umap_put(&r->rev, v, NO_VAL);
-		} else if (umap_get(&r->rev, t) == NO_VAL && t < ext2fs_blocks_count(r->fs->super) &&
-			   ext2fs_test_block_bitmap2(r->fs->block_map, t)) {
-			v = t;		/* from before the trace: the same block here */
-		} else {
+		if (!runmap_at(&r->fwd, t, &run)) {
+			k = run.len && run.key < end ? run.key : end;
+			free_unmapped(r, &f, t, k);
+			t = k;
 			continue;
 		}
-		if (r->layout)
-			umap_put(&r->own, v, NO_VAL);
-		if (len && v == run + len) {
-			len++;
-			continue;
-		}
-		if (len)
-			rr_free_blocks(r->a, run, (uint32_t)len);
-		run = v;
-		len = 1;
+		k = run.len < end - t ? run.len : end - t;
+		if (runmap_del(&r->fwd, t, k) || runmap_del(&r->rev, run.val, k))
+			r->nomem = 1;
+		free_add(r, &f, run.val, k);
+		t += k;
 	}
-	if (len)
-		rr_free_blocks(r->a, run, (uint32_t)len);
+	if (f.len)
+		rr_free_blocks(r->a, f.run, (uint32_t)f.len);
 }
 
 /* The trace's events, in order; *n of them.  NULL after a message. */
@@ -606,7 +657,7 @@ static void replay_all(struct replay *r, const struct ev *v, size_t n)
 }
 
 struct owned {
-	uint64_t key, pblk;	/* inode << 32 | logical block; the replay's block */
+	uint64_t key, pblk, len;	/* inode << 32 | logical block (or OWN_META); the replay's blocks */
 };
 
 static int owned_cmp(const void *a, const void *b)
@@ -616,53 +667,80 @@ static int owned_cmp(const void *a, const void *b)
 	return x->key < y->key ? -1 : x->key > y->key;
 }
 
+struct owned_list {
+	struct owned *o;
+	size_t n, cap;
+};
+
+static int owned_push(void *arg, const struct runmap_run *run)
+{
+	struct owned_list *l = arg;
+
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 1024;
+		struct owned *o = realloc(l->o, cap * sizeof(*o));
+
+		if (!o)
+			return -1;
+		l->o = o;
+		l->cap = cap;
+	}
+	l->o[l->n++] = (struct owned){ .key = run->val, .pblk = run->key, .len = run->len };
+	return 0;
+}
+
 /*
  * The files' part of the layout (rrmap's map_image: files, leaf extents and
  * fragments per file, data blocks per group) from the owners of the
- * replay's blocks.  0, or -1 out of memory.
+ * replay's blocks, a run of them at a time: within a run, blocks follow
+ * each other on both sides.  0, or -1 out of memory.
  */
 static int layout_files(struct replay *r, struct map_image *m)
 {
-	struct owned *o = NULL;
-	size_t n = 0, i, j, files;
+	struct owned_list l = { 0 };
+	size_t i, j, files;
 
-	if (r->own.n && !(o = malloc(r->own.n * sizeof(*o))))
+	if (runmap_each(&r->own, owned_push, &l)) {
+		free(l.o);
 		return -1;
-	for (i = 0; i < r->own.cap; i++)
-		if (r->own.k[i] && r->own.v[i] != NO_VAL) {
-			o[n].key = r->own.v[i];
-			o[n++].pblk = r->own.k[i] - 1;
-		}
+	}
 	/* Metadata last: a block of the groups' data, of no file's extents. */
-	qsort(o, n, sizeof(*o), owned_cmp);
-	for (j = n; j && o[j - 1].key == OWN_META; j--)
+	if (l.n)
+		qsort(l.o, l.n, sizeof(*l.o), owned_cmp);
+	for (j = l.n; j && l.o[j - 1].key == OWN_META; j--)
 		;
 	for (i = 0, files = j; i < files; i = j) {
-		uint32_t ext = 1, frag = 1, run = 1;
+		/* cur: the blocks of the extent being counted, which stops at EXT_INIT_MAX_LEN */
+		uint64_t ext = 1 + (l.o[i].len - 1) / EXT_INIT_MAX_LEN, frag = 1, cur = (l.o[i].len - 1) % EXT_INIT_MAX_LEN + 1;
 
-		for (j = i + 1; j < files && o[j].key >> 32 == o[i].key >> 32; j++) {
-			int phys = o[j].pblk == o[j - 1].pblk + 1;
+		for (j = i + 1; j < files && l.o[j].key >> 32 == l.o[i].key >> 32; j++) {
+			const struct owned *p = &l.o[j - 1], *q = &l.o[j];
+			int phys = q->pblk == p->pblk + p->len;
+			uint64_t total = (phys && q->key == p->key + p->len ? cur : 0) + q->len;
 
 			frag += !phys;
-			if (phys && o[j].key == o[j - 1].key + 1 && run < EXT_INIT_MAX_LEN) {
-				run++;
-			} else {
-				ext++;
-				run = 1;
-			}
+			ext += (total - 1) / EXT_INIT_MAX_LEN + (total == q->len);
+			cur = (total - 1) % EXT_INIT_MAX_LEN + 1;
 		}
 		if (mfile_push(m, ext, frag)) {	/* after the starting image's own files (mfile_scan) */
-			free(o);
+			free(l.o);
 			return -1;
 		}
 	}
-	for (i = 0; i < n; i++) {
-		dgrp_t g = ext2fs_group_of_blk2(m->fs, o[i].pblk);
+	for (i = 0; i < l.n; i++) {
+		uint64_t b = l.o[i].pblk, end = b + l.o[i].len;
 
-		if (g < m->ngroups)
-			m->groups[g].data++;
+		while (b < end) {
+			dgrp_t g = ext2fs_group_of_blk2(m->fs, b);
+			uint64_t next = ext2fs_group_first_block2(m->fs, g) + EXT2_BLOCKS_PER_GROUP(m->fs->super);
+			uint64_t k = (next < end ? next : end) - b;
+
+			if (g < m->ngroups)
+				m->groups[g].data += k;
+			b += k;
+		}
 	}
-	free(o);
+	free(l.o);
 	return mfile_dist(&m->ext_dist, m->extents, m->nfiles) || mfile_dist(&m->frag_dist, m->frags, m->nfiles);
 }
 
@@ -771,13 +849,15 @@ int main(int argc, char *argv[])
 	       pct(r.same_group, r.answered), (unsigned long long)r.same_len, pct(r.same_len, r.answered));
 	printf("seconds %.6f\nrequests_per_second %.0f\n", secs, secs > 0 ? (double)r.reqs / secs : 0.0);
 	printf("frees_wait_for_commits %s\n", r.commits ? "yes" : "no");
-	ret = layout ? write_layout(&r, layout, argv[optind + 1]) : 0;
+	if (r.nomem)
+		fprintf(stderr, "rrreplay: out of memory for the block maps: the figures above are not the replay's\n");
+	ret = r.nomem || (layout && write_layout(&r, layout, argv[optind + 1]));
 	rr_alloc_detach(r.a);
 	ext2fs_close_free(&r.fs);
-	umap_free(&r.fwd);
-	umap_free(&r.rev);
+	runmap_free(&r.fwd);
+	runmap_free(&r.rev);
 	umap_free(&r.isize);
-	umap_free(&r.own);
+	runmap_free(&r.own);
 	free(v);
 	return ret ? 1 : 0;
 }
