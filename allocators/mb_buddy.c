@@ -111,7 +111,6 @@ uint32_t mb_bits_run(const uint8_t *m, uint32_t start, uint32_t len, int used)
 	return i - start;
 }
 
-
 /* The order of the largest chunk that starts at start (aligned to it) and fits in len (> 0). */
 static unsigned int chunk_order(const struct mb_buddy *b, uint32_t start, uint32_t len)
 {

@@ -1875,15 +1875,6 @@ static void frozen_add(struct mb_frozen *f, uint64_t blk, uint64_t len)
 	f->v[f->n++] = (struct rr_extent){ .pblk = blk, .len = (uint32_t)len };
 }
 
-/*
- * Free in the buddy what the bitmap shows freed in [blk, blk+n) (one
- * group, no PA overlapping it any more), or, when the daemon commits
- * (rr_alloc_set_commit), freeze it: used in the buddy, marked in the
- * group's frozen map and the frozen set, until its commit is on disk.
- * Blocks the buddy has free already, or frozen already, are left alone: a
- * corrupt image can make libext2fs free a block twice (two files claiming
- * it), which must not bring the daemon down.  fs lock held.
- */
 /* Whether every block of [blk, blk+n) (group offset off) is freed here for the first time: free_freed's test, run at once. */
 static int whole_run_freed(struct rr_alloc *a, struct mb_group *grp, const uint8_t *fmap, uint64_t blk,
 			   uint32_t off, uint32_t n)
@@ -1895,6 +1886,15 @@ static int whole_run_freed(struct rr_alloc *a, struct mb_group *grp, const uint8
 	       mb_bits_run(fmap, off, n, 0) == n;
 }
 
+/*
+ * Free in the buddy what the bitmap shows freed in [blk, blk+n) (one
+ * group, no PA overlapping it any more), or, when the daemon commits
+ * (rr_alloc_set_commit), freeze it: used in the buddy, marked in the
+ * group's frozen map and the frozen set, until its commit is on disk.
+ * Blocks the buddy has free already, or frozen already, are left alone: a
+ * corrupt image can make libext2fs free a block twice (two files claiming
+ * it), which must not bring the daemon down.  fs lock held.
+ */
 static void free_freed(struct rr_alloc *a, uint32_t g, uint64_t blk, uint32_t n)
 {
 	struct mb_group *grp = &a->groups[g];
