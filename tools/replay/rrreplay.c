@@ -15,9 +15,9 @@
  *
  * Block numbers in the trace are the trace's placements; the replay places
  * elsewhere once it disagrees.  So trace blocks are translated: a map from
- * each block the trace handed out to the replay's block for the same file
- * and logical block carries goals, neighbours (pleft, pright) and frees
- * over.  A trace block the map does not know was in use before the trace
+ * the blocks the trace handed out to the replay's blocks for the same file
+ * and logical blocks (runs of them, runmap.h) carries goals, neighbours
+ * (pleft, pright) and frees over.  A trace block the map does not know was in use before the trace
  * began, and is the same block in the replay (it is freed only if the
  * replay has not given it to something else).  A request the replay
  * answers shorter than the trace did is asked again for the rest, one
@@ -65,7 +65,11 @@
 
 #define NO_VAL UINT64_MAX
 
-/* Open-addressed map of uint64 keys (stored + 1, 0 = empty); a value NO_VAL is a deleted key. */
+/*
+ * Open-addressed map of uint64 keys (stored + 1, 0 = empty); a value NO_VAL
+ * is a deleted key.  The replay's files' sizes, by inode number (blocks are
+ * in run maps: runmap.h).
+ */
 struct umap {
 	uint64_t *k, *v;
 	size_t cap, n;
@@ -75,8 +79,8 @@ static int umap_grow(struct umap *m);
 
 /*
  * 32 consecutive keys share a stretch of 32 slots, stretches scattered by a
- * hash: a run of blocks mapped or freed touches a few cache lines, not one
- * a block (seed002's replay spent 39 % of its time in umap_put).
+ * hash: the inode numbers of a directory's files, which follow each other,
+ * touch a few cache lines.
  */
 static size_t umap_slot(const struct umap *m, uint64_t key)
 {
@@ -185,7 +189,6 @@ static uint64_t num_after(const char *s, const char *key)
 	return p ? strtoull(p + strlen(key), NULL, 10) : 0;
 }
 
-/* The request's own part of an answer line's result: ext4trace.placed() in C. */
 /*
  * An open file's window, as the answer's normalised goal gives it (none
  * for a closed or a small file's): the replay's clue to the file's size,
@@ -203,6 +206,7 @@ static void stream_window(const char *s, struct ev *e)
 	}
 }
 
+/* The request's own part of an answer line's result: ext4trace.placed() in C. */
 static int parse_answer(const char *s, int prealloc, struct ev *e)
 {
 	unsigned int og, ol, olb, rg, rl, rlb;
