@@ -159,46 +159,24 @@ static void add_free_run(struct mb_buddy *b, uint32_t start, uint32_t len)
 
 void mb_buddy_generate(struct mb_buddy *b, const uint8_t *bitmap)
 {
-	uint32_t i, run = 0, start = 0;
+	uint32_t i = 0;
 	unsigned int k;
 
 	for (k = 0; k <= b->max_order; k++)
 		memset(b->bits[k], 0xff, ((b->size >> k) + 7) / 8);
 	memset(b->counters, 0, sizeof(b->counters));
 	b->free = b->fragments = 0;
-	for (i = 0; i <= b->nblocks; i++) {
-		int used;
+	/* Run by run of the bitmap, a word at a time where they are long. */
+	while (i < b->nblocks) {
+		uint32_t len;
 
-		/* Whole words of a group at a time where they are all free or all used. */
-		while (!(i & 63) && i + 64 <= b->nblocks) {
-			uint64_t w;
-
-			memcpy(&w, bitmap + i / 8, sizeof(w));
-			if (w && ~w)
-				break;
-			if (!w) {
-				memset(b->bits[0] + i / 8, 0, sizeof(w));
-				if (!run)
-					start = i;
-				run += 64;
-			} else if (run) {
-				add_free_run(b, start, run);
-				run = 0;
-			}
-			i += 64;
-		}
-		used = i == b->nblocks || mb_bit_test(bitmap, i);
-
-		if (!used) {
-			mb_bit_clear(b->bits[0], i);
-			if (!run++)
-				start = i;
-			continue;
-		}
-		if (run) {
-			add_free_run(b, start, run);
-			run = 0;
-		}
+		i += mb_bits_run(bitmap, i, b->nblocks - i, 1);
+		len = mb_bits_run(bitmap, i, b->nblocks - i, 0);
+		if (!len)
+			break;
+		mb_bits_fill(b->bits[0], i, len, 0);
+		add_free_run(b, i, len);
+		i += len;
 	}
 }
 
